@@ -1,0 +1,1 @@
+"""reachstore Python SDK (filled in below the generated protobuf packages)."""

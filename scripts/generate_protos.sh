@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Regenerates the Python code for every reachstore proto into clients/python/.
+# Usage: scripts/generate_protos.sh [OUT_DIR]   (default: clients/python)
+# The drift check in .ci/run generates into a temporary folder and compares.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${1:-$root/clients/python}
+cd "$root"
+grpc_include=$(python -c 'import grpc_tools, os; print(os.path.join(os.path.dirname(grpc_tools.__file__), "_proto"))')
+mapfile -t files < <(cd protos && find reachstore -name '*.proto' | sort)
+mkdir -p "$out"
+# Remove what an earlier run generated, so a deleted proto leaves no stale module behind.
+find "$out/reachstore" \( -name '*_pb2.py' -o -name '*_pb2.pyi' -o -name '*_pb2_grpc.py' \) -delete 2>/dev/null || true
+(cd protos && python -m grpc_tools.protoc \
+  -I . -I "$root/third_party/googleapis" -I "$grpc_include" \
+  --python_out="$out" --pyi_out="$out" --grpc_python_out="$out" \
+  "${files[@]}")

@@ -1,0 +1,1 @@
+"""Code every reachstore service shares: errors, gRPC bootstrap, config, logging."""

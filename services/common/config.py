@@ -1,0 +1,112 @@
+"""Settings, read once from the environment, validated, frozen, and passed down.
+
+Every component reads the same ``Settings``; each uses the part it needs. Names and
+defaults are listed in ``ENVIRONMENT`` so the README and the deployment examples can be
+checked against one place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+# name -> (default, meaning)
+ENVIRONMENT: dict[str, tuple[str, str]] = {
+    "REACHSTORE_DATA_DIR": ("./data", "Folder for SQLite files and index snapshots."),
+    "REACHSTORE_DATABASE_URL": ("", "SQLAlchemy URL; empty means SQLite in the data folder."),
+    "REACHSTORE_LISTEN": ("127.0.0.1:0", "host:port this component listens on."),
+    "REACHSTORE_QUERY_ADDR": ("127.0.0.1:50051", "host:port of the query service."),
+    "REACHSTORE_INGEST_ADDR": ("127.0.0.1:50052", "host:port of the ingest service."),
+    "REACHSTORE_EMBED_THREADS": ("1", "Math threads of the embedder in each process."),
+    "REACHSTORE_QUERY_TIMEOUT_DEFAULT_MS": ("2000", "Per-namespace budget when a query sets none."),
+    "REACHSTORE_QUERY_TIMEOUT_CAP_MS": ("10000", "Largest per-namespace budget a query may ask for."),
+    "REACHSTORE_QUERY_MAX_NAMESPACES": ("32", "Most namespaces one query may name."),
+    "REACHSTORE_INGEST_BATCH_CHUNKS": ("64", "Chunks the ingest worker embeds in one call."),
+    "REACHSTORE_FAULT_NAMESPACE_DELAY_MS": (
+        "",
+        "Fault injection for tests and drills: `ns=ms,ns2=ms` delays every search of those "
+        "namespaces. Empty (the default) injects nothing.",
+    ),
+    "REACHSTORE_LOG_LEVEL": ("INFO", "Log level of every component."),
+}
+
+
+class ConfigError(ValueError):
+    """A setting is missing or malformed; the message names it."""
+
+
+def _int(env: Mapping[str, str], name: str, minimum: int) -> int:
+    raw = env.get(name, ENVIRONMENT[name][0])
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise ConfigError(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def _address(env: Mapping[str, str], name: str) -> str:
+    raw = env.get(name, ENVIRONMENT[name][0])
+    host, sep, port = raw.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"{name} must be host:port, got {raw!r}")
+    return raw
+
+
+def _delays(raw: str) -> dict[str, int]:
+    delays: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in raw.split(","))):
+        name, sep, ms = item.partition("=")
+        if not sep or not ms.isdigit():
+            raise ConfigError(
+                f"REACHSTORE_FAULT_NAMESPACE_DELAY_MS entries must be ns=ms, got {item!r}"
+            )
+        delays[name] = int(ms)
+    return delays
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    data_dir: Path
+    database_url: str
+    listen: str
+    query_addr: str
+    ingest_addr: str
+    embed_threads: int
+    query_timeout_default_ms: int
+    query_timeout_cap_ms: int
+    query_max_namespaces: int
+    ingest_batch_chunks: int
+    fault_namespace_delay_ms: Mapping[str, int]
+    log_level: str
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        data_dir = Path(env.get("REACHSTORE_DATA_DIR", ENVIRONMENT["REACHSTORE_DATA_DIR"][0]))
+        database_url = env.get("REACHSTORE_DATABASE_URL", "") or (
+            f"sqlite:///{(data_dir / 'reachstore.db').resolve()}"
+        )
+        default_ms = _int(env, "REACHSTORE_QUERY_TIMEOUT_DEFAULT_MS", 1)
+        cap_ms = _int(env, "REACHSTORE_QUERY_TIMEOUT_CAP_MS", 1)
+        if default_ms > cap_ms:
+            raise ConfigError(
+                "REACHSTORE_QUERY_TIMEOUT_DEFAULT_MS must not exceed REACHSTORE_QUERY_TIMEOUT_CAP_MS"
+            )
+        return cls(
+            data_dir=data_dir,
+            database_url=database_url,
+            listen=_address(env, "REACHSTORE_LISTEN"),
+            query_addr=_address(env, "REACHSTORE_QUERY_ADDR"),
+            ingest_addr=_address(env, "REACHSTORE_INGEST_ADDR"),
+            embed_threads=_int(env, "REACHSTORE_EMBED_THREADS", 1),
+            query_timeout_default_ms=default_ms,
+            query_timeout_cap_ms=cap_ms,
+            query_max_namespaces=_int(env, "REACHSTORE_QUERY_MAX_NAMESPACES", 1),
+            ingest_batch_chunks=_int(env, "REACHSTORE_INGEST_BATCH_CHUNKS", 1),
+            fault_namespace_delay_ms=_delays(env.get("REACHSTORE_FAULT_NAMESPACE_DELAY_MS", "")),
+            log_level=env.get("REACHSTORE_LOG_LEVEL", "INFO").upper(),
+        )

@@ -1,0 +1,342 @@
+"""The one error catalogue of reachstore, and the one exception every service raises.
+
+Each code names its category, whether it is retryable, the default wait, and the gRPC and
+HTTP statuses it travels with. The same entry describes a whole-request error (raised as
+``ReachstoreError`` and sent as a rich gRPC status) and a per-part failure (a
+``PartialFailure`` inside a successful response), so a caller decodes one shape everywhere.
+``docs/ERRORS.md`` is generated from this module (``python -m services.common.errors``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import grpc
+from google.protobuf import struct_pb2
+from google.rpc import error_details_pb2, status_pb2
+
+from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
+
+Category = pf_pb2.Category
+ERROR_DOMAIN = "reachstore"
+
+
+# The standard gRPC -> HTTP mapping (google.rpc.Code). Errors that only the REST bridge
+# raises may name another HTTP status; everything a service raises travels by this table.
+HTTP_STATUS_FOR_GRPC: dict[grpc.StatusCode, int] = {
+    grpc.StatusCode.OK: 200,
+    grpc.StatusCode.CANCELLED: 499,
+    grpc.StatusCode.UNKNOWN: 500,
+    grpc.StatusCode.INVALID_ARGUMENT: 400,
+    grpc.StatusCode.DEADLINE_EXCEEDED: 504,
+    grpc.StatusCode.NOT_FOUND: 404,
+    grpc.StatusCode.ALREADY_EXISTS: 409,
+    grpc.StatusCode.PERMISSION_DENIED: 403,
+    grpc.StatusCode.UNAUTHENTICATED: 401,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
+    grpc.StatusCode.FAILED_PRECONDITION: 400,
+    grpc.StatusCode.ABORTED: 409,
+    grpc.StatusCode.OUT_OF_RANGE: 400,
+    grpc.StatusCode.UNIMPLEMENTED: 501,
+    grpc.StatusCode.INTERNAL: 500,
+    grpc.StatusCode.UNAVAILABLE: 503,
+    grpc.StatusCode.DATA_LOSS: 500,
+}
+
+# Categories whose failures are always retryable, and those that never are. Quota may be
+# either: a rate limit passes with time, a size cap does not.
+_ALWAYS_RETRYABLE = (Category.CATEGORY_TRANSIENT, Category.CATEGORY_TIMEOUT)
+_NEVER_RETRYABLE = (Category.CATEGORY_AUTH, Category.CATEGORY_PERMANENT)
+
+
+@dataclasses.dataclass(frozen=True)
+class ErrorSpec:
+    """One entry of the catalogue. Retryable exactly when it has a default wait."""
+
+    code: str
+    category: int
+    grpc_status: grpc.StatusCode
+    description: str
+    retry_after_ms: int | None = None
+    bridge_http_status: int | None = None
+
+    @property
+    def retryable(self) -> bool:
+        return self.retry_after_ms is not None
+
+    @property
+    def http_status(self) -> int:
+        return self.bridge_http_status or HTTP_STATUS_FOR_GRPC[self.grpc_status]
+
+
+_CATALOGUE: dict[str, ErrorSpec] = {}
+
+
+def _entry(
+    code: str,
+    category: int,
+    grpc_status: grpc.StatusCode,
+    description: str,
+    retry_after_ms: int | None = None,
+    bridge_http_status: int | None = None,
+) -> ErrorSpec:
+    spec = ErrorSpec(code, category, grpc_status, description, retry_after_ms, bridge_http_status)
+    if category in _ALWAYS_RETRYABLE and not spec.retryable:
+        raise ValueError(f"{code}: transient and timeout codes need a default retry_after_ms")
+    if category in _NEVER_RETRYABLE and spec.retryable:
+        raise ValueError(f"{code}: auth and permanent codes are never retryable")
+    _CATALOGUE[code] = spec
+    return spec
+
+
+_P, _T, _TO, _Q, _A = (
+    Category.CATEGORY_PERMANENT,
+    Category.CATEGORY_TRANSIENT,
+    Category.CATEGORY_TIMEOUT,
+    Category.CATEGORY_QUOTA,
+    Category.CATEGORY_AUTH,
+)
+_S = grpc.StatusCode
+
+# --- request shape -------------------------------------------------------------------
+INVALID_ARGUMENT = _entry(
+    "INVALID_ARGUMENT", _P, _S.INVALID_ARGUMENT,
+    "A field breaks its rule; structured_data names the field and the rule.")
+DEPRECATED_FIELD = _entry(
+    "DEPRECATED_FIELD", _P, _S.INVALID_ARGUMENT,
+    "A deprecated field was set; structured_data.use_instead names its replacement.")
+MALFORMED_JSON = _entry(
+    "MALFORMED_JSON", _P, _S.INVALID_ARGUMENT,
+    "The HTTP body is not valid JSON, or not a JSON object.")
+UNSUPPORTED_MEDIA_TYPE = _entry(
+    "UNSUPPORTED_MEDIA_TYPE", _P, _S.INVALID_ARGUMENT,
+    "The HTTP body is not sent as application/json.", bridge_http_status=415)
+PAYLOAD_TOO_LARGE = _entry(
+    "PAYLOAD_TOO_LARGE", _P, _S.INVALID_ARGUMENT,
+    "The request body is larger than the server accepts; structured_data has the limit.",
+    bridge_http_status=413)
+ROUTE_NOT_FOUND = _entry(
+    "ROUTE_NOT_FOUND", _P, _S.UNIMPLEMENTED,
+    "No API route matches this path.", bridge_http_status=404)
+METHOD_NOT_ALLOWED = _entry(
+    "METHOD_NOT_ALLOWED", _P, _S.UNIMPLEMENTED,
+    "The route exists but not for this HTTP method; structured_data.allowed lists them.",
+    bridge_http_status=405)
+
+# --- batches ---------------------------------------------------------------------------
+BATCH_EMPTY = _entry(
+    "BATCH_EMPTY", _P, _S.INVALID_ARGUMENT,
+    "A batch holds no documents.")
+BATCH_TOO_LARGE = _entry(
+    "BATCH_TOO_LARGE", _Q, _S.INVALID_ARGUMENT,
+    "A batch holds more documents or bytes than allowed; split it. structured_data has the "
+    "limit and the actual value. Not retryable as sent.")
+DUPLICATE_DOCUMENT_IDS = _entry(
+    "DUPLICATE_DOCUMENT_IDS", _P, _S.INVALID_ARGUMENT,
+    "The same document id appears more than once in one batch.")
+DOCUMENT_TOO_LARGE = _entry(
+    "DOCUMENT_TOO_LARGE", _P, _S.INVALID_ARGUMENT,
+    "A document's text is larger than allowed; structured_data has the limit and the size.")
+
+# --- namespaces, documents, tasks --------------------------------------------------------
+NAMESPACE_UNAVAILABLE = _entry(
+    "NAMESPACE_UNAVAILABLE", _P, _S.NOT_FOUND,
+    "The namespace does not exist or is not visible to the caller; the two cases are "
+    "deliberately indistinguishable.")
+NAMESPACE_EXISTS = _entry(
+    "NAMESPACE_EXISTS", _P, _S.ALREADY_EXISTS,
+    "A namespace with this name already exists.")
+TOO_MANY_NAMESPACES = _entry(
+    "TOO_MANY_NAMESPACES", _Q, _S.INVALID_ARGUMENT,
+    "A query names more namespaces than allowed; structured_data has the cap and the count. "
+    "Not retryable as sent: split the query.")
+DOCUMENT_NOT_FOUND = _entry(
+    "DOCUMENT_NOT_FOUND", _P, _S.NOT_FOUND,
+    "The document does not exist in this namespace.")
+DOCUMENT_EXISTS = _entry(
+    "DOCUMENT_EXISTS", _P, _S.ALREADY_EXISTS,
+    "A document with this id exists and on_duplicate is error.")
+TASK_NOT_FOUND = _entry(
+    "TASK_NOT_FOUND", _P, _S.NOT_FOUND,
+    "No task has this id.")
+EMBEDDING_MODEL_MISMATCH = _entry(
+    "EMBEDDING_MODEL_MISMATCH", _P, _S.FAILED_PRECONDITION,
+    "The namespace was built with another embedding model than the server runs; models "
+    "are never mixed in one namespace.")
+
+# --- query-time, per namespace -----------------------------------------------------------
+NAMESPACE_TIMEOUT = _entry(
+    "NAMESPACE_TIMEOUT", _TO, _S.DEADLINE_EXCEEDED,
+    "The namespace did not answer within its time budget; its work was cancelled.",
+    retry_after_ms=1000)
+INDEX_REBUILDING = _entry(
+    "INDEX_REBUILDING", _T, _S.UNAVAILABLE,
+    "The namespace's index is being rebuilt from the store; retry after the advised wait.",
+    retry_after_ms=2000)
+INCOMPLETE_RESULT = _entry(
+    "INCOMPLETE_RESULT", _T, _S.UNAVAILABLE,
+    "allow_partial was false and some namespaces did not answer; the per-namespace "
+    "failures travel in the details.", retry_after_ms=1000)
+
+# --- server side ---------------------------------------------------------------------------
+SERVICE_UNAVAILABLE = _entry(
+    "SERVICE_UNAVAILABLE", _T, _S.UNAVAILABLE,
+    "A reachstore service did not answer; retry after the advised wait.", retry_after_ms=1000)
+DEADLINE_EXCEEDED = _entry(
+    "DEADLINE_EXCEEDED", _TO, _S.DEADLINE_EXCEEDED,
+    "The whole request ran out of time.", retry_after_ms=1000)
+INTERNAL = _entry(
+    "INTERNAL", _T, _S.INTERNAL,
+    "An unexpected server error; it was logged with the request id.", retry_after_ms=1000)
+
+
+def catalogue() -> dict[str, ErrorSpec]:
+    """Every code, keyed by name."""
+    return dict(_CATALOGUE)
+
+
+def lookup(code: str) -> ErrorSpec:
+    """The catalogue entry for ``code`` (INTERNAL when unknown, so decoding never fails)."""
+    return _CATALOGUE.get(code, INTERNAL)
+
+
+def _struct(data: dict[str, Any] | None) -> struct_pb2.Struct:
+    s = struct_pb2.Struct()
+    if data:
+        s.update(data)
+    return s
+
+
+def make_failure(
+    spec: ErrorSpec,
+    message: str | None = None,
+    *,
+    structured_data: dict[str, Any] | None = None,
+    retry_after_ms: int | None = None,
+    namespace: str = "",
+    document_id: str = "",
+    batch_index: int | None = None,
+    action_id: str = "",
+) -> pf_pb2.PartialFailure:
+    """Builds a PartialFailure for one part of a response, from a catalogue entry."""
+    failure = pf_pb2.PartialFailure(
+        namespace=namespace,
+        document_id=document_id,
+        action_id=action_id,
+        category=spec.category,
+        error_code=spec.code,
+        message=message or spec.description,
+        retryable=spec.retryable,
+        structured_data=_struct(structured_data),
+    )
+    if batch_index is not None:
+        failure.batch_index = batch_index
+    if spec.retryable:
+        failure.retry_after_ms = spec.retry_after_ms if retry_after_ms is None else retry_after_ms
+    return failure
+
+
+class ReachstoreError(Exception):
+    """A whole-request error. Raised anywhere in a service; the gRPC layer turns it into a
+    rich status whose details carry the same PartialFailure a caller sees everywhere else.
+
+    ``details`` are extra PartialFailures that belong to the error (for example the
+    per-namespace failures of a query that was not allowed to be partial).
+    """
+
+    def __init__(
+        self,
+        spec: ErrorSpec,
+        message: str | None = None,
+        *,
+        structured_data: dict[str, Any] | None = None,
+        retry_after_ms: int | None = None,
+        field: str | None = None,
+        details: list[pf_pb2.PartialFailure] | None = None,
+    ) -> None:
+        self.spec = spec
+        self.field = field
+        data = dict(structured_data or {})
+        if field is not None:
+            data.setdefault("field", field)
+        self.failure = make_failure(
+            spec, message, structured_data=data, retry_after_ms=retry_after_ms
+        )
+        self.details = list(details or [])
+        super().__init__(self.failure.message)
+
+    @property
+    def code(self) -> str:
+        return self.spec.code
+
+
+def invalid(field: str, rule: str, **extra: Any) -> ReachstoreError:
+    """The usual bad-field error: names the field and the rule it breaks."""
+    return ReachstoreError(
+        INVALID_ARGUMENT,
+        f"{field}: {rule}",
+        field=field,
+        structured_data={"rule": rule, **extra},
+    )
+
+
+def to_rpc_status(error: ReachstoreError) -> status_pb2.Status:
+    """Encodes an error as a google.rpc.Status with standard details plus our PartialFailure."""
+    failure = error.failure
+    status = status_pb2.Status(code=error.spec.grpc_status.value[0], message=failure.message)
+    info = error_details_pb2.ErrorInfo(reason=failure.error_code, domain=ERROR_DOMAIN)
+    info.metadata["category"] = pf_pb2.Category.Name(failure.category)
+    info.metadata["retryable"] = str(failure.retryable).lower()
+    status.details.add().Pack(info)
+    if failure.HasField("retry_after_ms"):
+        retry = error_details_pb2.RetryInfo()
+        retry.retry_delay.FromMilliseconds(failure.retry_after_ms)
+        status.details.add().Pack(retry)
+    if error.field is not None:
+        bad = error_details_pb2.BadRequest()
+        bad.field_violations.add(field=error.field, description=failure.message)
+        status.details.add().Pack(bad)
+    if error.spec.category == Category.CATEGORY_QUOTA:
+        quota = error_details_pb2.QuotaFailure()
+        quota.violations.add(subject=failure.error_code, description=failure.message)
+        status.details.add().Pack(quota)
+    status.details.add().Pack(failure)
+    for extra in error.details:
+        status.details.add().Pack(extra)
+    return status
+
+
+def failures_from_rpc_status(status: status_pb2.Status) -> list[pf_pb2.PartialFailure]:
+    """The PartialFailures packed into a rich status, the error's own first."""
+    found = []
+    for detail in status.details:
+        if detail.Is(pf_pb2.PartialFailure.DESCRIPTOR):
+            failure = pf_pb2.PartialFailure()
+            detail.Unpack(failure)
+            found.append(failure)
+    return found
+
+
+def _markdown() -> str:
+    lines = [
+        "# Error codes",
+        "",
+        "Generated from `services/common/errors.py` by `python -m services.common.errors`;",
+        "do not edit by hand. Decide from `category` and `retryable`, never from the message.",
+        "",
+        "| code | category | retryable | default retry_after_ms | gRPC | HTTP | meaning |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for spec in _CATALOGUE.values():
+        category = pf_pb2.Category.Name(spec.category).removeprefix("CATEGORY_").lower()
+        wait = "" if spec.retry_after_ms is None else str(spec.retry_after_ms)
+        lines.append(
+            f"| `{spec.code}` | {category} | {str(spec.retryable).lower()} | {wait} | "
+            f"{spec.grpc_status.name} | {spec.http_status} | {spec.description} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(_markdown(), end="")
