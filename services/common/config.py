@@ -29,6 +29,10 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
         "Fault injection for tests and drills: `ns=ms,ns2=ms` delays every search of those "
         "namespaces. Empty (the default) injects nothing.",
     ),
+    "REACHSTORE_FAULT_REBUILD_DELAY_MS": (
+        "0",
+        "Fault injection for tests and drills: every index rebuild first waits this long.",
+    ),
     "REACHSTORE_LOG_LEVEL": ("INFO", "Log level of every component."),
 }
 
@@ -81,6 +85,7 @@ class Settings:
     query_max_namespaces: int
     ingest_batch_chunks: int
     fault_namespace_delay_ms: Mapping[str, int]
+    fault_rebuild_delay_ms: int
     log_level: str
 
     @classmethod
@@ -108,5 +113,6 @@ class Settings:
             query_max_namespaces=_int(env, "REACHSTORE_QUERY_MAX_NAMESPACES", 1),
             ingest_batch_chunks=_int(env, "REACHSTORE_INGEST_BATCH_CHUNKS", 1),
             fault_namespace_delay_ms=_delays(env.get("REACHSTORE_FAULT_NAMESPACE_DELAY_MS", "")),
+            fault_rebuild_delay_ms=_int(env, "REACHSTORE_FAULT_REBUILD_DELAY_MS", 0),
             log_level=env.get("REACHSTORE_LOG_LEVEL", "INFO").upper(),
         )

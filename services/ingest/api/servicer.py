@@ -1,0 +1,250 @@
+"""IngestService: validates and converts requests, calls the store, converts back.
+
+Storage calls are blocking (SQLAlchemy), so each runs in a worker thread; the event loop
+keeps serving other calls meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+import grpc
+
+from reachstore.ingest.v1 import ingest_service_pb2 as pb
+from reachstore.ingest.v1 import ingest_service_pb2_grpc as pb_grpc
+from services.common import errors, names, paging
+from services.common.identity import caller_tenant
+from services.embedding import Embedder
+from services.ingest.api.convert import namespace_to_pb, task_to_pb
+from services.storage.repository import NamespaceExists, NamespaceInfo, SemanticStore
+from services.storage.tasks import NewTask, TaskStore
+
+T = TypeVar("T")
+
+_ON_DUPLICATE = {
+    pb.ON_DUPLICATE_UNSPECIFIED: "error",
+    pb.ON_DUPLICATE_ERROR: "error",
+    pb.ON_DUPLICATE_SKIP: "skip",
+    pb.ON_DUPLICATE_OVERWRITE: "overwrite",
+}
+
+
+def _unavailable(name: str) -> errors.ReachstoreError:
+    # The same answer whether the namespace is missing or not the caller's (anti-enumeration).
+    return errors.ReachstoreError(
+        errors.NAMESPACE_UNAVAILABLE,
+        f"namespace {name!r} is unavailable",
+        structured_data={"namespace": name, "index_state": "unavailable"},
+    )
+
+
+def _on_duplicate(value: int) -> str:
+    if value not in _ON_DUPLICATE:
+        raise errors.invalid("on_duplicate", "must be skip, overwrite or error")
+    return _ON_DUPLICATE[value]
+
+
+def _check_document(doc: pb.DocumentInput, field: str) -> str:
+    """Validates one document; returns its id (generated when empty)."""
+    document_id = doc.document_id or uuid.uuid4().hex
+    if doc.document_id:
+        names.check_document_id(doc.document_id, f"{field}.document_id")
+    if not doc.text.strip():
+        raise errors.invalid(f"{field}.text", "is required and must not be blank")
+    size = len(doc.text.encode())
+    if size > names.MAX_DOCUMENT_BYTES:
+        raise errors.ReachstoreError(
+            errors.DOCUMENT_TOO_LARGE,
+            f"{field}.text is {size} bytes; the limit is {names.MAX_DOCUMENT_BYTES}",
+            field=f"{field}.text",
+            structured_data={"limit_bytes": names.MAX_DOCUMENT_BYTES, "actual_bytes": size},
+        )
+    names.check_metadata(dict(doc.metadata), f"{field}.metadata")
+    return document_id
+
+
+class IngestServicer(pb_grpc.IngestServiceServicer):
+    def __init__(self, store: SemanticStore, tasks: TaskStore, embedder: Embedder,
+                 wake_worker: Callable[[], None]) -> None:
+        self._store = store
+        self._tasks = tasks
+        self._embedder = embedder
+        self._wake_worker = wake_worker
+
+    @staticmethod
+    async def _run(fn: Callable[..., T], *args: object) -> T:
+        return await asyncio.to_thread(fn, *args)
+
+    async def _namespace(self, tenant: str, name: str, field: str) -> NamespaceInfo:
+        names.check_namespace_name(name, field)
+        info = await self._run(self._store.get_namespace, tenant, name)
+        if info is None:
+            raise _unavailable(name)
+        return info
+
+    # --- namespaces -------------------------------------------------------------------
+
+    async def CreateNamespace(self, request: pb.CreateNamespaceRequest,
+                              context: grpc.aio.ServicerContext) -> pb.CreateNamespaceResponse:
+        tenant = caller_tenant(context)
+        names.check_namespace_name(request.name, "name")
+        try:
+            info = await self._run(self._store.create_namespace, tenant, request.name,
+                                   self._embedder.model_id, self._embedder.dimension)
+        except NamespaceExists:
+            raise errors.ReachstoreError(
+                errors.NAMESPACE_EXISTS, f"namespace {request.name!r} already exists",
+                structured_data={"namespace": request.name}) from None
+        return pb.CreateNamespaceResponse(namespace=namespace_to_pb(info))
+
+    async def GetNamespace(self, request: pb.GetNamespaceRequest,
+                           context: grpc.aio.ServicerContext) -> pb.GetNamespaceResponse:
+        info = await self._namespace(caller_tenant(context), request.name, "name")
+        return pb.GetNamespaceResponse(namespace=namespace_to_pb(info))
+
+    async def ListNamespaces(self, request: pb.ListNamespacesRequest,
+                             context: grpc.aio.ServicerContext) -> pb.ListNamespacesResponse:
+        size = names.page_size(request.page_size)
+        after = paging.decode_token(request.page_token)
+        rows = await self._run(self._store.list_namespaces, caller_tenant(context), size + 1, after)
+        page = rows[:size]
+        token = paging.encode_token(page[-1].name) if len(rows) > size else ""
+        return pb.ListNamespacesResponse(namespaces=[namespace_to_pb(r) for r in page],
+                                         next_page_token=token)
+
+    async def DeleteNamespace(self, request: pb.DeleteNamespaceRequest,
+                              context: grpc.aio.ServicerContext) -> pb.DeleteNamespaceResponse:
+        tenant = caller_tenant(context)
+        names.check_namespace_name(request.name, "name")
+        if not await self._run(self._store.delete_namespace, tenant, request.name):
+            raise _unavailable(request.name)
+        await self._run(self._tasks.delete_for_namespace, tenant, request.name)
+        return pb.DeleteNamespaceResponse()
+
+    # --- documents --------------------------------------------------------------------
+
+    async def CreateDocument(self, request: pb.CreateDocumentRequest,
+                             context: grpc.aio.ServicerContext) -> pb.CreateDocumentResponse:
+        names.check_namespace_name(request.namespace, "namespace")
+        if not request.HasField("document"):
+            raise errors.invalid("document", "is required")
+        document_id = _check_document(request.document, "document")
+        on_duplicate = _on_duplicate(request.on_duplicate)
+        # Whether the namespace exists, and whether the id is taken, are decided by the task
+        # and reported in its progress: accepting is only about the request's own shape.
+        [task] = await self._run(self._tasks.enqueue, caller_tenant(context), [NewTask(
+            request.namespace, document_id, request.document.text,
+            dict(request.document.metadata), on_duplicate)])
+        self._wake_worker()
+        return pb.CreateDocumentResponse(task=task_to_pb(task))
+
+    async def BatchCreateDocuments(
+        self, request: pb.BatchCreateDocumentsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.BatchCreateDocumentsResponse:
+        tenant = caller_tenant(context)
+        docs = request.documents
+        self._check_envelope(docs)
+        on_duplicate = _on_duplicate(request.on_duplicate)
+        namespace = await self._namespace(tenant, request.namespace, "namespace")
+
+        results: list[pb.BatchDocumentResult] = []
+        failed = []
+        accepted: list[tuple[int, NewTask]] = []
+        ids = [d.document_id for d in docs if d.document_id]
+        existing = await self._run(self._store.existing_document_ids, tenant, namespace.id, ids)
+        for index, doc in enumerate(docs):
+            try:
+                document_id = _check_document(doc, f"documents[{index}]")
+                if document_id in existing and on_duplicate == "error":
+                    raise errors.ReachstoreError(
+                        errors.DOCUMENT_EXISTS, f"document {document_id!r} already exists",
+                        structured_data={"document_id": document_id, "on_duplicate": "error"})
+            except errors.ReachstoreError as exc:
+                failure = exc.failure
+                failure.document_id, failure.batch_index = doc.document_id, index
+                failed.append(failure)
+                results.append(pb.BatchDocumentResult(
+                    batch_index=index, document_id=doc.document_id,
+                    outcome=pb.DOCUMENT_OUTCOME_FAILED))
+                continue
+            if document_id in existing and on_duplicate == "skip":
+                results.append(pb.BatchDocumentResult(
+                    batch_index=index, document_id=document_id,
+                    outcome=pb.DOCUMENT_OUTCOME_SKIPPED))
+                continue
+            results.append(pb.BatchDocumentResult(
+                batch_index=index, document_id=document_id, outcome=pb.DOCUMENT_OUTCOME_ACCEPTED))
+            accepted.append((index, NewTask(namespace.name, document_id, doc.text,
+                                            dict(doc.metadata), on_duplicate)))
+        if accepted:
+            tasks = await self._run(self._tasks.enqueue, tenant, [t for _, t in accepted])
+            for (index, _), task in zip(accepted, tasks, strict=True):
+                results[index].task_id = task.task_id
+            self._wake_worker()
+        meta = pb.BatchMeta(coverage_ratio=(len(docs) - len(failed)) / len(docs), failed=failed)
+        return pb.BatchCreateDocumentsResponse(results=results, meta=meta)
+
+    @staticmethod
+    def _check_envelope(docs: Sequence[pb.DocumentInput]) -> None:
+        """Faults of the batch as a whole: nothing of it is accepted."""
+        if not docs:
+            raise errors.ReachstoreError(errors.BATCH_EMPTY, "documents: the batch is empty",
+                                         field="documents",
+                                         structured_data={"limit": names.MAX_BATCH_DOCUMENTS, "actual": 0})
+        if len(docs) > names.MAX_BATCH_DOCUMENTS:
+            raise errors.ReachstoreError(
+                errors.BATCH_TOO_LARGE,
+                f"documents: {len(docs)} documents; at most {names.MAX_BATCH_DOCUMENTS} per batch",
+                field="documents",
+                structured_data={"limit": names.MAX_BATCH_DOCUMENTS, "actual": len(docs)})
+        total = sum(len(d.text.encode()) for d in docs)
+        if total > names.MAX_BATCH_BYTES:
+            raise errors.ReachstoreError(
+                errors.BATCH_TOO_LARGE,
+                f"documents: {total} bytes of text; at most {names.MAX_BATCH_BYTES} per batch",
+                field="documents",
+                structured_data={"limit_bytes": names.MAX_BATCH_BYTES, "actual_bytes": total})
+        seen: dict[str, int] = {}
+        duplicates = sorted({d.document_id for i, d in enumerate(docs)
+                             if d.document_id and seen.setdefault(d.document_id, i) != i})
+        if duplicates:
+            raise errors.ReachstoreError(
+                errors.DUPLICATE_DOCUMENT_IDS,
+                f"documents: ids appear more than once: {', '.join(duplicates[:10])}",
+                field="documents", structured_data={"duplicate_ids": duplicates[:100]})
+
+    async def DeleteDocument(self, request: pb.DeleteDocumentRequest,
+                             context: grpc.aio.ServicerContext) -> pb.DeleteDocumentResponse:
+        tenant = caller_tenant(context)
+        namespace = await self._namespace(tenant, request.namespace, "namespace")
+        names.check_document_id(request.document_id, "document_id")
+        if not await self._run(self._store.delete_document, tenant, namespace.id, request.document_id):
+            raise errors.ReachstoreError(
+                errors.DOCUMENT_NOT_FOUND, f"document {request.document_id!r} not found",
+                structured_data={"namespace": request.namespace, "document_id": request.document_id})
+        return pb.DeleteDocumentResponse()
+
+    # --- tasks ------------------------------------------------------------------------
+
+    async def GetTask(self, request: pb.GetTaskRequest,
+                      context: grpc.aio.ServicerContext) -> pb.GetTaskResponse:
+        task = await self._run(self._tasks.get, caller_tenant(context), request.task_id)
+        if task is None:
+            raise _task_not_found(request.task_id)
+        return pb.GetTaskResponse(task=task_to_pb(task))
+
+    async def CancelTask(self, request: pb.CancelTaskRequest,
+                         context: grpc.aio.ServicerContext) -> pb.CancelTaskResponse:
+        task = await self._run(self._tasks.request_cancel, caller_tenant(context), request.task_id)
+        if task is None:
+            raise _task_not_found(request.task_id)
+        return pb.CancelTaskResponse(task=task_to_pb(task))
+
+
+def _task_not_found(task_id: str) -> errors.ReachstoreError:
+    return errors.ReachstoreError(errors.TASK_NOT_FOUND, "no task has this id",
+                                  structured_data={"task_id": task_id[:64]})
+

@@ -1,0 +1,50 @@
+"""Composition root of the ingest service: `python -m services.ingest.main`."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from reachstore.ingest.v1 import ingest_service_pb2, ingest_service_pb2_grpc
+from services.common import logs
+from services.common.config import Settings
+from services.common.runner import serve
+from services.embedding import default_embedder
+from services.ingest.api.servicer import IngestServicer
+from services.ingest.worker import IngestWorker
+from services.storage.engine import init_schema, make_engine, make_sessions
+from services.storage.repository import SemanticStore
+from services.storage.tasks import TaskStore
+
+SERVICE_NAME = ingest_service_pb2.DESCRIPTOR.services_by_name["IngestService"].full_name
+
+
+def main() -> None:
+    settings = Settings.from_env()
+    logs.configure("ingest", settings.log_level)
+    engine = make_engine(settings.database_url)
+    init_schema(engine)
+    sessions = make_sessions(engine)
+    store, tasks = SemanticStore(sessions), TaskStore(sessions)
+    embedder = default_embedder(settings.embed_threads)
+    worker = IngestWorker(store, tasks, embedder, settings.ingest_batch_chunks)
+    thread = threading.Thread(target=worker.run, name="ingest-worker", daemon=True)
+    thread.start()
+    servicer = IngestServicer(store, tasks, embedder, worker.wake)
+
+    def stop_worker() -> None:
+        worker.stop()
+        thread.join(timeout=30)
+        engine.dispose()
+
+    asyncio.run(serve(
+        "ingest",
+        [lambda server: ingest_service_pb2_grpc.add_IngestServiceServicer_to_server(servicer, server)],
+        [SERVICE_NAME],
+        settings.listen,
+        on_stop=stop_worker,
+    ))
+
+
+if __name__ == "__main__":
+    main()

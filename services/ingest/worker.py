@@ -1,0 +1,152 @@
+"""The ingest worker: claims queued tasks and takes each through chunking, embedding and
+indexing. Runs in a thread of the ingest process.
+
+Several tasks are processed together so the embedder sees large batches (one call for many
+short documents is several times faster than one call each). Each document is committed in
+its own transaction, after a last check for a cancel, so a document becomes searchable
+whole or not at all, and a crash anywhere before the commit leaves the task to be re-run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import threading
+
+import numpy as np
+
+from services.common import errors
+from services.embedding import Embedder
+from services.ingest.domain.chunking import chunk_text
+from services.storage import tasks as states
+from services.storage.repository import ChunkData, SemanticStore
+from services.storage.tasks import ClaimedTask, TaskStore
+
+log = logging.getLogger(__name__)
+
+# How long an idle worker waits before looking for tasks queued by another process. A
+# submit in this process wakes it at once.
+IDLE_POLL_SECONDS = 0.5
+
+
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclasses.dataclass
+class _Work:
+    task: ClaimedTask
+    chunks: list[str] = dataclasses.field(default_factory=list)
+    vectors: np.ndarray | None = None
+
+
+class IngestWorker:
+    def __init__(self, store: SemanticStore, tasks: TaskStore, embedder: Embedder,
+                 batch_chunks: int, max_tasks_per_claim: int = 32) -> None:
+        self._store = store
+        self._tasks = tasks
+        self._embedder = embedder
+        self._batch_chunks = batch_chunks
+        self._max_tasks = max_tasks_per_claim
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    def run(self) -> None:
+        requeued = self._tasks.recover()
+        if requeued:
+            log.info("resuming %d task(s) that were in flight at the last stop", requeued)
+        while not self._stop.is_set():
+            try:
+                worked = self.run_once()
+            except Exception:  # noqa: BLE001 - a broken batch must not kill the worker
+                log.exception("ingest batch failed; its tasks are re-queued on next start")
+                worked = 0
+            if not worked:
+                self._wake.wait(IDLE_POLL_SECONDS)
+                self._wake.clear()
+
+    def run_once(self) -> int:
+        """Processes one claim of tasks; returns how many it claimed."""
+        claimed = self._tasks.claim(self._max_tasks)
+        if not claimed:
+            return 0
+        work = [w for w in (_Work(t) for t in claimed) if self._precheck(w.task)]
+        for item in work:
+            item.chunks = chunk_text(item.task.text)
+        ids = [w.task.task_id for w in work]
+        if work:
+            self._tasks.set_phase(ids, "embedding", 40)
+            self._embed(work)
+            self._tasks.set_phase(ids, "indexing", 80)
+        for item in work:
+            self._commit(item)
+        return len(claimed)
+
+    def _fail(self, task: ClaimedTask, spec: errors.ErrorSpec, message: str,
+              data: dict[str, object]) -> None:
+        with self._store.begin() as session:
+            self._tasks.finish(session, task.task_id, states.FAILED, error_code=spec.code,
+                               error_message=message, error_data=data)
+
+    def _precheck(self, task: ClaimedTask) -> bool:
+        """Fails early what cannot succeed, before paying for embeddings."""
+        with self._store.session() as session:
+            namespace = self._store.namespace_in(session, task.tenant, task.namespace)
+        if namespace is None:
+            self._fail(task, errors.NAMESPACE_UNAVAILABLE,
+                       f"namespace {task.namespace!r} is unavailable",
+                       {"namespace": task.namespace, "index_state": "unavailable"})
+            return False
+        if namespace.embedding_model != self._embedder.model_id:
+            self._fail(task, errors.EMBEDDING_MODEL_MISMATCH,
+                       f"namespace {task.namespace!r} holds vectors of another model",
+                       {"namespace_model": namespace.embedding_model,
+                        "server_model": self._embedder.model_id})
+            return False
+        return True
+
+    def _embed(self, work: list[_Work]) -> None:
+        texts = [c for w in work for c in w.chunks]
+        parts = [self._embedder.embed(texts[i:i + self._batch_chunks])
+                 for i in range(0, len(texts), self._batch_chunks)]
+        vectors = np.concatenate(parts) if parts else np.zeros((0, self._embedder.dimension), np.float32)
+        start = 0
+        for item in work:
+            item.vectors = vectors[start:start + len(item.chunks)]
+            start += len(item.chunks)
+
+    def _commit(self, item: _Work) -> None:
+        task = item.task
+        assert item.vectors is not None
+        with self._store.begin() as session:
+            if self._tasks.cancel_requested(session, task.task_id):
+                self._tasks.finish(session, task.task_id, states.CANCELLED)
+                return
+            namespace = self._store.namespace_in(session, task.tenant, task.namespace)
+            if namespace is None:  # deleted while the task ran
+                self._tasks.finish(
+                    session, task.task_id, states.FAILED, error_code=errors.NAMESPACE_UNAVAILABLE.code,
+                    error_message=f"namespace {task.namespace!r} is unavailable",
+                    error_data={"namespace": task.namespace, "index_state": "unavailable"})
+                return
+            exists = self._store.document_exists(session, task.tenant, namespace.id, task.document_id)
+            if exists and task.on_duplicate == "error":
+                self._tasks.finish(
+                    session, task.task_id, states.FAILED, error_code=errors.DOCUMENT_EXISTS.code,
+                    error_message=f"document {task.document_id!r} already exists",
+                    error_data={"document_id": task.document_id, "on_duplicate": "error"})
+                return
+            if not (exists and task.on_duplicate == "skip"):
+                chunks = [ChunkData(text, sha256(text), vector.tobytes())
+                          for text, vector in zip(item.chunks, item.vectors, strict=True)]
+                self._store.commit_document(session, task.tenant, namespace.id, task.document_id,
+                                            task.text, task.metadata, sha256(task.text), chunks)
+            self._tasks.finish(session, task.task_id, states.COMPLETED)

@@ -1,0 +1,231 @@
+"""QueryService: the partial-success query, and document reads.
+
+A query searches each namespace concurrently under its own time budget. A namespace that
+fails becomes one PartialFailure; the rest are returned. A search that runs out of time is
+told to stop through its CancelToken (checked between and inside the search stages), so
+timed-out work does not keep running in the background.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import time
+from collections.abc import Mapping
+
+import grpc
+import numpy as np
+
+from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
+from reachstore.query.v1 import query_service_pb2 as pb
+from reachstore.query.v1 import query_service_pb2_grpc as pb_grpc
+from services.common import errors, names, paging
+from services.common.identity import caller_tenant
+from services.common.timefmt import rfc3339
+from services.embedding import Embedder
+from services.query.index import CancelToken, SearchCancelled, merge_hits
+from services.query.indexes import IndexManager, IndexRebuilding
+from services.storage.repository import DocumentInfo, NamespaceInfo, SemanticStore
+
+
+def unavailable(name: str, message: str | None = None) -> pf_pb2.PartialFailure:
+    """The anti-enumeration failure: identical for "missing" and "not yours"."""
+    return errors.make_failure(
+        errors.NAMESPACE_UNAVAILABLE, message or f"namespace {name!r} is unavailable",
+        structured_data={"namespace": name, "index_state": "unavailable"}, namespace=name)
+
+
+def _document_to_pb(doc: DocumentInfo) -> pb.Document:
+    return pb.Document(namespace=doc.namespace, document_id=doc.document_id, text=doc.text,
+                       metadata=doc.metadata, chunk_count=doc.chunk_count,
+                       content_sha256=doc.content_sha256, updated_at=rfc3339(doc.updated_at))
+
+
+class QueryServicer(pb_grpc.QueryServiceServicer):
+    def __init__(
+        self,
+        store: SemanticStore,
+        indexes: IndexManager,
+        embedder: Embedder,
+        pool: concurrent.futures.ThreadPoolExecutor,
+        *,
+        default_timeout_ms: int,
+        cap_timeout_ms: int,
+        max_namespaces: int,
+        fault_delay_ms: Mapping[str, int] | None = None,
+    ) -> None:
+        self._store = store
+        self._indexes = indexes
+        self._embedder = embedder
+        self._pool = pool
+        self._default_ms = default_timeout_ms
+        self._cap_ms = cap_timeout_ms
+        self._max_namespaces = max_namespaces
+        self._fault_delay_ms = dict(fault_delay_ms or {})
+        self.cancelled_searches = 0  # searches stopped by their budget (for tests and metrics)
+
+    # --- request checks -----------------------------------------------------------------
+
+    def _namespaces(self, request: pb.QueryRequest) -> list[str]:
+        if request.namespace:
+            raise errors.ReachstoreError(
+                errors.DEPRECATED_FIELD,
+                "namespace: the singular field is deprecated; send a list in namespaces",
+                field="namespace",
+                structured_data={"use_instead": "namespaces",
+                                 "example": {"namespaces": [request.namespace[:64]]}})
+        requested = list(dict.fromkeys(request.namespaces))  # de-duplicate, keep order
+        if not requested:
+            raise errors.invalid("namespaces", "at least one namespace is required (or [\"*\"])")
+        if "*" in requested and len(requested) > 1:
+            raise errors.invalid("namespaces", "\"*\" must be the only entry")
+        for i, name in enumerate(requested):
+            if name != "*" and not names.is_namespace_name(name):
+                raise errors.invalid(f"namespaces[{i}]", f"must be {names.NAMESPACE_RULE}",
+                                     value=name[:80])
+        if len(requested) > self._max_namespaces:
+            raise errors.ReachstoreError(
+                errors.TOO_MANY_NAMESPACES,
+                f"namespaces: {len(requested)} requested; at most {self._max_namespaces} per query",
+                field="namespaces",
+                structured_data={"limit": self._max_namespaces, "actual": len(requested)})
+        return requested
+
+    def _check(self, request: pb.QueryRequest) -> tuple[int, int]:
+        if not request.query.strip():
+            raise errors.invalid("query", "is required and must not be blank")
+        if len(request.query) > names.MAX_QUERY_CHARS:
+            raise errors.invalid("query", f"at most {names.MAX_QUERY_CHARS} characters",
+                                 limit=names.MAX_QUERY_CHARS, actual=len(request.query))
+        if not 0 <= request.top_k <= names.MAX_TOP_K:
+            raise errors.invalid("top_k", f"must be between 1 and {names.MAX_TOP_K} "
+                                 f"(0 means {names.DEFAULT_TOP_K})")
+        if request.timeout_ms < 0:
+            raise errors.invalid("timeout_ms", "must not be negative (0 means the server default)")
+        budget_ms = min(request.timeout_ms or self._default_ms, self._cap_ms)
+        return request.top_k or names.DEFAULT_TOP_K, budget_ms
+
+    # --- the query ------------------------------------------------------------------------
+
+    async def Query(self, request: pb.QueryRequest,
+                    context: grpc.aio.ServicerContext) -> pb.QueryResponse:
+        tenant = caller_tenant(context)
+        requested = self._namespaces(request)
+        top_k, budget_ms = self._check(request)
+        loop = asyncio.get_running_loop()
+        if requested == ["*"]:
+            requested = await loop.run_in_executor(self._pool, self._store.namespace_names, tenant)
+        heads = await loop.run_in_executor(self._pool, self._store.namespace_heads, tenant, requested)
+        vector = (await loop.run_in_executor(self._pool, self._embedder.embed, [request.query]))[0]
+        metadata_filter = dict(request.filter) or None
+
+        outcomes = await asyncio.gather(*(
+            self._search_namespace(tenant, name, heads.get(name), vector, request.query, top_k,
+                                   metadata_filter, budget_ms)
+            for name in requested))
+
+        per_namespace = {}
+        failed = []
+        for name, outcome in zip(requested, outcomes, strict=True):
+            if isinstance(outcome, pf_pb2.PartialFailure):
+                failed.append(outcome)
+            else:
+                per_namespace[name] = outcome
+        succeeded = [n for n in requested if n in per_namespace]
+        coverage = len(succeeded) / len(requested) if requested else 0.0
+        if failed and request.HasField("allow_partial") and not request.allow_partial:
+            raise errors.ReachstoreError(
+                errors.INCOMPLETE_RESULT,
+                f"{len(failed)} of {len(requested)} namespaces did not answer and allow_partial "
+                "is false",
+                retry_after_ms=max((f.retry_after_ms for f in failed if f.retryable), default=None),
+                structured_data={"coverage_ratio": coverage,
+                                 "namespaces_failed": [f.namespace for f in failed]},
+                details=failed)
+        results = [
+            pb.QueryResult(namespace=name, document_id=hit.document_id, chunk_index=hit.chunk_index,
+                           text=hit.text, score=hit.score, metadata=hit.metadata)
+            for name, hit in merge_hits(per_namespace, top_k)
+        ]
+        meta = pb.QueryMeta(coverage_ratio=coverage, namespaces_queried=requested,
+                            namespaces_succeeded=succeeded, namespaces_failed=failed)
+        return pb.QueryResponse(results=results, meta=meta)
+
+    async def _search_namespace(
+        self, tenant: str, name: str, head: NamespaceInfo | None, vector: np.ndarray, text: str,
+        top_k: int, metadata_filter: dict[str, str] | None, budget_ms: int,
+    ) -> list | pf_pb2.PartialFailure:
+        if head is None:
+            return unavailable(name)
+        if head.embedding_model != self._embedder.model_id:
+            return errors.make_failure(
+                errors.EMBEDDING_MODEL_MISMATCH,
+                f"namespace {name!r} holds vectors of another model than the server runs",
+                structured_data={"namespace": name, "namespace_model": head.embedding_model,
+                                 "server_model": self._embedder.model_id}, namespace=name)
+        cancel = CancelToken(deadline=time.monotonic() + budget_ms / 1000)
+        slot = self._indexes.slot(tenant, head)
+        work = asyncio.get_running_loop().run_in_executor(
+            self._pool, self._search_blocking, slot, head.change_seq, vector, text, top_k,
+            metadata_filter, cancel)
+        try:
+            return await asyncio.wait_for(work, budget_ms / 1000)
+        except (TimeoutError, SearchCancelled):
+            cancel.cancel()  # the thread stops at its next checkpoint
+            self.cancelled_searches += 1
+            return errors.make_failure(
+                errors.NAMESPACE_TIMEOUT,
+                f"namespace {name!r} did not answer within {budget_ms} ms",
+                structured_data={"namespace": name, "timeout_ms": budget_ms}, namespace=name)
+        except IndexRebuilding:
+            return errors.make_failure(
+                errors.INDEX_REBUILDING, f"namespace {name!r} is rebuilding its index",
+                structured_data={"namespace": name, "index_state": "rebuilding"}, namespace=name)
+
+    def _search_blocking(self, slot, head_seq: int, vector: np.ndarray, text: str, top_k: int,  # type: ignore[no-untyped-def]
+                         metadata_filter: dict[str, str] | None, cancel: CancelToken) -> list:
+        self._indexes.catch_up(slot, head_seq, cancel)
+        delay_ms = self._fault_delay_ms.get(slot.name, 0)
+        if delay_ms:  # fault injection for drills and tests; empty in production
+            until = time.monotonic() + delay_ms / 1000
+            while time.monotonic() < until:
+                cancel.check()
+                time.sleep(0.005)
+        return self._indexes.search(slot, vector, text, top_k, metadata_filter, cancel)
+
+    # --- documents --------------------------------------------------------------------------
+
+    async def _namespace(self, tenant: str, name: str) -> NamespaceInfo:
+        names.check_namespace_name(name, "namespace")
+        heads = await asyncio.to_thread(self._store.namespace_heads, tenant, [name])
+        if name not in heads:
+            raise errors.ReachstoreError(
+                errors.NAMESPACE_UNAVAILABLE, f"namespace {name!r} is unavailable",
+                structured_data={"namespace": name, "index_state": "unavailable"})
+        return heads[name]
+
+    async def GetDocument(self, request: pb.GetDocumentRequest,
+                          context: grpc.aio.ServicerContext) -> pb.GetDocumentResponse:
+        tenant = caller_tenant(context)
+        await self._namespace(tenant, request.namespace)
+        names.check_document_id(request.document_id, "document_id")
+        doc = await asyncio.to_thread(self._store.get_document, tenant, request.namespace,
+                                      request.document_id)
+        if doc is None:
+            raise errors.ReachstoreError(
+                errors.DOCUMENT_NOT_FOUND, f"document {request.document_id!r} not found",
+                structured_data={"namespace": request.namespace, "document_id": request.document_id})
+        return pb.GetDocumentResponse(document=_document_to_pb(doc))
+
+    async def ListDocuments(self, request: pb.ListDocumentsRequest,
+                            context: grpc.aio.ServicerContext) -> pb.ListDocumentsResponse:
+        tenant = caller_tenant(context)
+        namespace = await self._namespace(tenant, request.namespace)
+        size = names.page_size(request.page_size)
+        after = paging.decode_token(request.page_token)
+        rows = await asyncio.to_thread(self._store.list_documents, tenant, namespace.id,
+                                       namespace.name, size + 1, after)
+        page = rows[:size]
+        token = paging.encode_token(page[-1].document_id) if len(rows) > size else ""
+        return pb.ListDocumentsResponse(documents=[_document_to_pb(d) for d in page],
+                                        next_page_token=token)

@@ -1,0 +1,85 @@
+"""Composition root of the query service: `python -m services.query.main`."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import os
+
+# One math thread per worker thread: with default BLAS/OpenMP threading, concurrent
+# queries on 2 cores fell from ~300 to ~115 QPS (bench/README of the shared corpus).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+from reachstore.query.v1 import query_service_pb2, query_service_pb2_grpc  # noqa: E402
+from services.common import logs  # noqa: E402
+from services.common.config import Settings  # noqa: E402
+from services.common.runner import serve  # noqa: E402
+from services.embedding import default_embedder  # noqa: E402
+from services.query.api.servicer import QueryServicer  # noqa: E402
+from services.query.index import configure_threads  # noqa: E402
+from services.query.indexes import IndexManager  # noqa: E402
+from services.storage.engine import init_schema, make_engine, make_sessions  # noqa: E402
+from services.storage.repository import SemanticStore  # noqa: E402
+
+SERVICE_NAME = query_service_pb2.DESCRIPTOR.services_by_name["QueryService"].full_name
+SNAPSHOT_INTERVAL_SECONDS = 5.0
+# Searches block on numpy/faiss (which release the GIL) and on the store; a pool larger
+# than the core count keeps slow namespaces from queueing fast ones.
+SEARCH_THREADS = 16
+
+log = logging.getLogger(__name__)
+
+
+async def _snapshot_loop(indexes: IndexManager, store: SemanticStore) -> None:
+    while True:
+        await asyncio.sleep(SNAPSHOT_INTERVAL_SECONDS)
+        try:
+            live = {info.id for _, info in await asyncio.to_thread(store.all_namespaces)}
+            await asyncio.to_thread(indexes.write_snapshots, live)
+        except Exception:  # noqa: BLE001 - a failed snapshot is retried on the next tick
+            log.exception("writing index snapshots failed")
+
+
+async def _run(settings: Settings) -> None:
+    engine = make_engine(settings.database_url)
+    init_schema(engine)
+    store = SemanticStore(make_sessions(engine))
+    configure_threads()
+    embedder = default_embedder(settings.embed_threads)
+    indexes = IndexManager(store, settings.data_dir / "indexes", settings.fault_rebuild_delay_ms)
+    indexes.warm()
+    pool = concurrent.futures.ThreadPoolExecutor(SEARCH_THREADS, thread_name_prefix="search")
+    servicer = QueryServicer(
+        store, indexes, embedder, pool,
+        default_timeout_ms=settings.query_timeout_default_ms,
+        cap_timeout_ms=settings.query_timeout_cap_ms,
+        max_namespaces=settings.query_max_namespaces,
+        fault_delay_ms=settings.fault_namespace_delay_ms,
+    )
+    snapshots = asyncio.create_task(_snapshot_loop(indexes, store))
+
+    def on_stop() -> None:
+        snapshots.cancel()
+        indexes.write_snapshots()
+        pool.shutdown(wait=False, cancel_futures=True)
+        engine.dispose()
+
+    await serve(
+        "query",
+        [lambda server: query_service_pb2_grpc.add_QueryServiceServicer_to_server(servicer, server)],
+        [SERVICE_NAME],
+        settings.listen,
+        on_stop=on_stop,
+    )
+
+
+def main() -> None:
+    settings = Settings.from_env()
+    logs.configure("query", settings.log_level)
+    asyncio.run(_run(settings))
+
+
+if __name__ == "__main__":
+    main()

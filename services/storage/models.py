@@ -1,0 +1,129 @@
+"""The tables of the semantic store: the source of truth every index is derived from.
+
+Every table that holds tenant data carries ``tenant``; the repository functions in this
+package are the only code that queries these tables, and each one filters on it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from sqlalchemy import (
+    BigInteger,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# SQLite only auto-increments a column declared exactly INTEGER PRIMARY KEY.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+TENANT_LEN = 64
+NAME_LEN = 64
+DOC_ID_LEN = 128
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class NamespaceRow(Base):
+    """A namespace. ``change_seq`` rises by one with every document change, so a query
+    replica knows its index is current when its seq equals this one."""
+
+    __tablename__ = "namespaces"
+    __table_args__ = (UniqueConstraint("tenant", "name", name="uq_namespaces_tenant_name"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    tenant: Mapped[str] = mapped_column(String(TENANT_LEN))
+    name: Mapped[str] = mapped_column(String(NAME_LEN))
+    embedding_model: Mapped[str] = mapped_column(String(128))
+    dimension: Mapped[int] = mapped_column(Integer)
+    change_seq: Mapped[int] = mapped_column(BigInteger, default=0)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class DocumentRow(Base):
+    """The searchable version of a document."""
+
+    __tablename__ = "documents"
+    __table_args__ = (
+        UniqueConstraint("namespace_id", "document_id", name="uq_documents_namespace_doc"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    tenant: Mapped[str] = mapped_column(String(TENANT_LEN))
+    namespace_id: Mapped[int] = mapped_column(ForeignKey("namespaces.id", ondelete="CASCADE"))
+    document_id: Mapped[str] = mapped_column(String(DOC_ID_LEN))
+    text: Mapped[str] = mapped_column(Text)
+    metadata_json: Mapped[str] = mapped_column(Text, default="{}")
+    content_sha256: Mapped[str] = mapped_column(String(64))
+    text_bytes: Mapped[int] = mapped_column(BigInteger)
+    chunk_count: Mapped[int] = mapped_column(Integer)
+    updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class ChunkRow(Base):
+    """One chunk with its embedding. ``id`` is also the vector's id in the derived index."""
+
+    __tablename__ = "chunks"
+    __table_args__ = (Index("ix_chunks_namespace_doc", "namespace_id", "document_id"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    tenant: Mapped[str] = mapped_column(String(TENANT_LEN))
+    namespace_id: Mapped[int] = mapped_column(ForeignKey("namespaces.id", ondelete="CASCADE"))
+    document_row_id: Mapped[int] = mapped_column(ForeignKey("documents.id", ondelete="CASCADE"))
+    document_id: Mapped[str] = mapped_column(String(DOC_ID_LEN))
+    chunk_index: Mapped[int] = mapped_column(Integer)
+    text: Mapped[str] = mapped_column(Text)
+    content_hash: Mapped[str] = mapped_column(String(64))
+    embedding: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class ChangeRow(Base):
+    """One document change of a namespace, in ``seq`` order: what a replica replays to
+    bring its index from its seq up to the namespace's."""
+
+    __tablename__ = "namespace_changes"
+    __table_args__ = (Index("ix_changes_namespace_seq", "namespace_id", "seq"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    tenant: Mapped[str] = mapped_column(String(TENANT_LEN))
+    namespace_id: Mapped[int] = mapped_column(ForeignKey("namespaces.id", ondelete="CASCADE"))
+    seq: Mapped[int] = mapped_column(BigInteger)
+    document_id: Mapped[str] = mapped_column(String(DOC_ID_LEN))
+    kind: Mapped[str] = mapped_column(String(16))  # "upsert" | "delete"
+
+
+class TaskRow(Base):
+    """A durable ingest task. It holds the submitted document until it is indexed, so
+    nothing accepted is lost when the ingest service stops."""
+
+    __tablename__ = "ingest_tasks"
+    __table_args__ = (Index("ix_tasks_state_created", "state", "created_at"),)
+
+    task_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(TENANT_LEN))
+    namespace: Mapped[str] = mapped_column(String(256))
+    document_id: Mapped[str] = mapped_column(String(DOC_ID_LEN))
+    text: Mapped[str | None] = mapped_column(Text, nullable=True)
+    metadata_json: Mapped[str] = mapped_column(Text, default="{}")
+    on_duplicate: Mapped[str] = mapped_column(String(16))
+    state: Mapped[str] = mapped_column(String(16))
+    phase: Mapped[str] = mapped_column(String(16), default="")
+    percent: Mapped[int] = mapped_column(Integer, default=0)
+    error_code: Mapped[str] = mapped_column(String(64), default="")
+    error_message: Mapped[str] = mapped_column(Text, default="")
+    error_data_json: Mapped[str] = mapped_column(Text, default="{}")
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
