@@ -76,8 +76,12 @@ class IngestWorker:
     def run_once(self) -> int:
         """Processes one claim of tasks; returns how many it claimed."""
         claimed = self._tasks.claim(self._max_tasks)
-        if not claimed:
-            return 0
+        if claimed:
+            self.process(claimed)
+        return len(claimed)
+
+    def process(self, claimed: list[ClaimedTask]) -> None:
+        """Chunks, embeds and commits tasks this worker has claimed."""
         work = [w for w in (_Work(t) for t in claimed) if self._precheck(w.task)]
         for item in work:
             item.chunks = chunk_text(item.task.text)
@@ -88,7 +92,6 @@ class IngestWorker:
             self._tasks.set_phase(ids, "indexing", 80)
         for item in work:
             self._commit(item)
-        return len(claimed)
 
     def _fail(self, task: ClaimedTask, spec: errors.ErrorSpec, message: str,
               data: dict[str, object]) -> None:

@@ -21,8 +21,11 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-# SQLite only auto-increments a column declared exactly INTEGER PRIMARY KEY.
+# SQLite only auto-increments a column declared exactly INTEGER PRIMARY KEY, and only
+# AUTOINCREMENT stops it from reusing the ids of deleted rows: a re-created namespace must
+# never inherit the old one's id (its index snapshot is filed under it).
 BigId = BigInteger().with_variant(Integer(), "sqlite")
+_NO_ID_REUSE = {"sqlite_autoincrement": True}
 
 TENANT_LEN = 64
 NAME_LEN = 64
@@ -42,7 +45,8 @@ class NamespaceRow(Base):
     replica knows its index is current when its seq equals this one."""
 
     __tablename__ = "namespaces"
-    __table_args__ = (UniqueConstraint("tenant", "name", name="uq_namespaces_tenant_name"),)
+    __table_args__ = (UniqueConstraint("tenant", "name", name="uq_namespaces_tenant_name"),
+                      _NO_ID_REUSE)
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     tenant: Mapped[str] = mapped_column(String(TENANT_LEN))
@@ -59,6 +63,7 @@ class DocumentRow(Base):
     __tablename__ = "documents"
     __table_args__ = (
         UniqueConstraint("namespace_id", "document_id", name="uq_documents_namespace_doc"),
+        _NO_ID_REUSE,
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
@@ -77,7 +82,7 @@ class ChunkRow(Base):
     """One chunk with its embedding. ``id`` is also the vector's id in the derived index."""
 
     __tablename__ = "chunks"
-    __table_args__ = (Index("ix_chunks_namespace_doc", "namespace_id", "document_id"),)
+    __table_args__ = (Index("ix_chunks_namespace_doc", "namespace_id", "document_id"), _NO_ID_REUSE)
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     tenant: Mapped[str] = mapped_column(String(TENANT_LEN))
@@ -95,7 +100,7 @@ class ChangeRow(Base):
     bring its index from its seq up to the namespace's."""
 
     __tablename__ = "namespace_changes"
-    __table_args__ = (Index("ix_changes_namespace_seq", "namespace_id", "seq"),)
+    __table_args__ = (Index("ix_changes_namespace_seq", "namespace_id", "seq"), _NO_ID_REUSE)
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     tenant: Mapped[str] = mapped_column(String(TENANT_LEN))

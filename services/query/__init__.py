@@ -1,0 +1,1 @@
+"""The query service: per-namespace in-memory indexes and the search path."""

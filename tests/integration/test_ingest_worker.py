@@ -1,0 +1,119 @@
+"""The ingest worker with the real embedder on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from services.embedding import UsemEmbedder
+from services.ingest.worker import IngestWorker
+from services.storage import tasks as states
+from services.storage.engine import init_schema, make_engine, make_sessions
+from services.storage.repository import SemanticStore
+from services.storage.tasks import NewTask, TaskStore
+
+TENANT = "t"
+
+
+@pytest.fixture(scope="module")
+def embedder() -> UsemEmbedder:
+    return UsemEmbedder(threads=1)
+
+
+@pytest.fixture
+def parts(database_url: str, embedder: UsemEmbedder) -> Iterator[tuple[SemanticStore, TaskStore, IngestWorker]]:
+    engine = make_engine(database_url)
+    init_schema(engine)
+    sessions = make_sessions(engine)
+    store, tasks = SemanticStore(sessions), TaskStore(sessions)
+    store.create_namespace(TENANT, "docs", embedder.model_id, embedder.dimension)
+    yield store, tasks, IngestWorker(store, tasks, embedder, batch_chunks=16)
+    engine.dispose()
+
+
+def _submit(tasks: TaskStore, doc: str, text: str, on_duplicate: str = "error", namespace: str = "docs") -> str:
+    return tasks.enqueue(TENANT, [NewTask(namespace, doc, text, {"src": doc}, on_duplicate)])[0].task_id
+
+
+def test_a_task_goes_from_queued_to_completed_with_embedded_chunks(parts) -> None:  # type: ignore[no-untyped-def]
+    store, tasks, worker = parts
+    text = "Semantic storage keeps durable context close to agents. " * 30
+    task_id = _submit(tasks, "d1", text)
+    assert tasks.get(TENANT, task_id).state == states.QUEUED
+    assert worker.run_once() == 1
+    task = tasks.get(TENANT, task_id)
+    assert (task.state, task.percent) == (states.COMPLETED, 100)
+    ns = store.get_namespace(TENANT, "docs")
+    chunks = list(store.chunks(TENANT, ns.id))
+    assert len(chunks) > 1 and {c.document_id for c in chunks} == {"d1"}
+    vector = np.frombuffer(chunks[0].embedding, dtype=np.float32)
+    assert vector.shape == (512,) and abs(float(np.linalg.norm(vector)) - 1.0) < 1e-3
+
+
+def test_on_duplicate_error_fails_skip_keeps_and_overwrite_replaces(parts) -> None:  # type: ignore[no-untyped-def]
+    store, tasks, worker = parts
+    _submit(tasks, "d1", "first version")
+    worker.run_once()
+    err, skip = _submit(tasks, "d1", "second", "error"), _submit(tasks, "d1", "third", "skip")
+    worker.run_once()
+    assert tasks.get(TENANT, err).error_code == "DOCUMENT_EXISTS"
+    assert tasks.get(TENANT, skip).state == states.COMPLETED
+    assert store.get_document(TENANT, "docs", "d1").text == "first version"
+    _submit(tasks, "d1", "fourth", "overwrite")
+    worker.run_once()
+    assert store.get_document(TENANT, "docs", "d1").text == "fourth"
+
+
+def test_an_unknown_namespace_fails_the_task_with_the_anti_enumeration_code(parts) -> None:  # type: ignore[no-untyped-def]
+    _store, tasks, worker = parts
+    task_id = _submit(tasks, "d1", "text", namespace="nope")
+    worker.run_once()
+    task = tasks.get(TENANT, task_id)
+    assert (task.state, task.error_code) == (states.FAILED, "NAMESPACE_UNAVAILABLE")
+    assert task.error_data == {"namespace": "nope", "index_state": "unavailable"}
+
+
+def test_cancelling_a_queued_task_stops_it_before_anything_is_stored(parts) -> None:  # type: ignore[no-untyped-def]
+    store, tasks, worker = parts
+    task_id = _submit(tasks, "d1", "text")
+    assert tasks.request_cancel(TENANT, task_id).state == states.CANCELLED
+    assert worker.run_once() == 0
+    assert store.get_document(TENANT, "docs", "d1") is None
+
+
+def test_a_cancel_that_arrives_while_processing_wins_at_the_commit(parts) -> None:  # type: ignore[no-untyped-def]
+    store, tasks, worker = parts
+    task_id = _submit(tasks, "d1", "text")
+    claimed = tasks.claim(1)
+    assert tasks.request_cancel(TENANT, task_id).state == states.CANCELLING
+    worker.process(claimed)
+    assert tasks.get(TENANT, task_id).state == states.CANCELLED
+    assert store.get_document(TENANT, "docs", "d1") is None
+
+
+def test_a_pending_cancel_takes_effect_after_a_restart(parts) -> None:  # type: ignore[no-untyped-def]
+    _store, tasks, _worker = parts
+    task_id = _submit(tasks, "d1", "text")
+    tasks.claim(1)
+    tasks.request_cancel(TENANT, task_id)
+    assert tasks.recover() == 0
+    assert tasks.get(TENANT, task_id).state == states.CANCELLED
+
+
+def test_tasks_in_flight_at_a_crash_are_resumed(parts) -> None:  # type: ignore[no-untyped-def]
+    store, tasks, worker = parts
+    ids = [_submit(tasks, f"d{i}", f"document {i}") for i in range(3)]
+    tasks.claim(3)  # a worker took them, then the process died
+    assert tasks.recover() == 3
+    assert worker.run_once() == 3
+    assert all(tasks.get(TENANT, i).state == states.COMPLETED for i in ids)
+    assert store.get_namespace(TENANT, "docs").document_count == 3
+
+
+def test_a_task_is_invisible_to_another_tenant(parts) -> None:  # type: ignore[no-untyped-def]
+    _store, tasks, _worker = parts
+    task_id = _submit(tasks, "d1", "text")
+    assert tasks.get("other", task_id) is None
+    assert tasks.request_cancel("other", task_id) is None

@@ -1,0 +1,30 @@
+"""Settings are validated once, with messages that name the setting."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.common.config import ConfigError, Settings
+
+
+def test_defaults_give_sqlite_in_the_data_dir(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    settings = Settings.from_env({"REACHSTORE_DATA_DIR": str(tmp_path)})
+    assert settings.database_url == f"sqlite:///{tmp_path.resolve() / 'reachstore.db'}"
+    assert settings.query_timeout_default_ms <= settings.query_timeout_cap_ms
+    assert settings.fault_namespace_delay_ms == {}
+
+
+@pytest.mark.parametrize(("env", "named"), [
+    ({"REACHSTORE_LISTEN": "nohostport"}, "REACHSTORE_LISTEN"),
+    ({"REACHSTORE_EMBED_THREADS": "two"}, "REACHSTORE_EMBED_THREADS"),
+    ({"REACHSTORE_QUERY_TIMEOUT_DEFAULT_MS": "20000"}, "REACHSTORE_QUERY_TIMEOUT_DEFAULT_MS"),
+    ({"REACHSTORE_FAULT_NAMESPACE_DELAY_MS": "slow"}, "REACHSTORE_FAULT_NAMESPACE_DELAY_MS"),
+])
+def test_bad_settings_fail_fast_naming_the_setting(env: dict[str, str], named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        Settings.from_env(env)
+
+
+def test_fault_delays_parse_per_namespace() -> None:
+    settings = Settings.from_env({"REACHSTORE_FAULT_NAMESPACE_DELAY_MS": "slow=500, slower=900"})
+    assert settings.fault_namespace_delay_ms == {"slow": 500, "slower": 900}
