@@ -50,12 +50,16 @@ def _fail(message: str) -> None:
 class _System:
     """The child processes of one `up`, and how to stop them."""
 
-    def __init__(self) -> None:
+    def __init__(self, run_dir: Path) -> None:
         self.children: dict[str, subprocess.Popen[bytes]] = {}
+        self.run_dir = run_dir
 
     def start(self, name: str, module: str, env: dict[str, str]) -> None:
-        self.children[name] = subprocess.Popen(
-            [sys.executable, "-m", module], env=env, stdin=subprocess.DEVNULL)
+        process = subprocess.Popen([sys.executable, "-m", module], env=env, stdin=subprocess.DEVNULL)
+        self.children[name] = process
+        # Operators and fault drills find each component's process here.
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / f"{name}.pid").write_text(f"{process.pid}\n")
 
     def dead(self) -> list[str]:
         return [name for name, p in self.children.items() if p.poll() is not None]
@@ -143,7 +147,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     init_schema(engine)
     engine.dispose()
 
-    system = _System()
+    system = _System(data_dir / "run")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -188,3 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     sys.exit(args.func(args))
+
+
+if __name__ == "__main__":
+    main()

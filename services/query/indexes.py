@@ -38,10 +38,6 @@ log = logging.getLogger(__name__)
 FULL_RELOAD_ABOVE = 1000
 
 
-class IndexRebuilding(Exception):
-    """The namespace's index is not ready yet."""
-
-
 @dataclasses.dataclass
 class _Slot:
     tenant: str
@@ -146,10 +142,8 @@ class IndexManager:
     # --- serving ------------------------------------------------------------------------
 
     def catch_up(self, slot: _Slot, head_seq: int, cancel: CancelToken) -> None:
-        """Replays the namespace's changes up to ``head_seq`` into the index."""
-        remaining = cancel.remaining()
-        if not slot.ready.wait(None if remaining is None else max(0.0, remaining)):
-            raise IndexRebuilding(slot.name)
+        """Replays the namespace's changes up to ``head_seq`` into the index (which must be
+        ready: callers wait on ``slot.ready`` first)."""
         if slot.seq >= head_seq:
             return
         with slot.lock:

@@ -24,8 +24,11 @@ from services.common.identity import caller_tenant
 from services.common.timefmt import rfc3339
 from services.embedding import Embedder
 from services.query.index import CancelToken, SearchCancelled, merge_hits
-from services.query.indexes import IndexManager, IndexRebuilding
+from services.query.indexes import IndexManager
 from services.storage.repository import DocumentInfo, NamespaceInfo, SemanticStore
+
+# Share of a namespace's budget that may be spent waiting for its index to load.
+REBUILD_WAIT_SHARE = 0.8
 
 
 def unavailable(name: str, message: str | None = None) -> pf_pb2.PartialFailure:
@@ -163,13 +166,23 @@ class QueryServicer(pb_grpc.QueryServiceServicer):
                 f"namespace {name!r} holds vectors of another model than the server runs",
                 structured_data={"namespace": name, "namespace_model": head.embedding_model,
                                  "server_model": self._embedder.model_id}, namespace=name)
-        cancel = CancelToken(deadline=time.monotonic() + budget_ms / 1000)
+        deadline = time.monotonic() + budget_ms / 1000
         slot = self._indexes.slot(tenant, head)
-        work = asyncio.get_running_loop().run_in_executor(
-            self._pool, self._search_blocking, slot, head.change_seq, vector, text, top_k,
-            metadata_filter, cancel)
+        loop = asyncio.get_running_loop()
+        if not slot.ready.is_set():
+            # A loading index gets most of the budget; if it is still not there the answer
+            # is "rebuilding, retry later", which tells the agent more than a timeout would.
+            wait_s = budget_ms / 1000 * REBUILD_WAIT_SHARE
+            if not await loop.run_in_executor(self._pool, slot.ready.wait, wait_s):
+                return errors.make_failure(
+                    errors.INDEX_REBUILDING, f"namespace {name!r} is rebuilding its index",
+                    structured_data={"namespace": name, "index_state": "rebuilding"},
+                    namespace=name)
+        cancel = CancelToken(deadline=deadline)
+        work = loop.run_in_executor(self._pool, self._search_blocking, slot, head.change_seq,
+                                    vector, text, top_k, metadata_filter, cancel)
         try:
-            return await asyncio.wait_for(work, budget_ms / 1000)
+            return await asyncio.wait_for(work, max(0.0, deadline - time.monotonic()))
         except (TimeoutError, SearchCancelled):
             cancel.cancel()  # the thread stops at its next checkpoint
             self.cancelled_searches += 1
@@ -177,10 +190,6 @@ class QueryServicer(pb_grpc.QueryServiceServicer):
                 errors.NAMESPACE_TIMEOUT,
                 f"namespace {name!r} did not answer within {budget_ms} ms",
                 structured_data={"namespace": name, "timeout_ms": budget_ms}, namespace=name)
-        except IndexRebuilding:
-            return errors.make_failure(
-                errors.INDEX_REBUILDING, f"namespace {name!r} is rebuilding its index",
-                structured_data={"namespace": name, "index_state": "rebuilding"}, namespace=name)
 
     def _search_blocking(self, slot, head_seq: int, vector: np.ndarray, text: str, top_k: int,  # type: ignore[no-untyped-def]
                          metadata_filter: dict[str, str] | None, cancel: CancelToken) -> list:

@@ -1,0 +1,115 @@
+"""Starting and stopping a real `reachstore up` for end-to-end tests."""
+
+from __future__ import annotations
+
+import os
+import queue
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+READY_PREFIX = "reachstore ready: "
+START_TIMEOUT_SECONDS = 90.0
+
+
+def _ports_free(ports: list[int]) -> bool:
+    for port in ports:
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                return False
+    return True
+
+
+def free_port_block(count: int) -> int:
+    """The first of ``count`` consecutive free ports."""
+    for _ in range(200):
+        base = random.randint(20000, 60000 - count)
+        if _ports_free(list(range(base, base + count))):
+            return base
+    raise RuntimeError("no block of free ports found")
+
+
+class RunningSystem:
+    """One `reachstore up` process tree on free ports and its own data folder."""
+
+    def __init__(self, data_dir: Path, extra_env: dict[str, str] | None = None, *,
+                 grpc_port_base: int | None = None, http_port: int | None = None) -> None:
+        self.data_dir = data_dir
+        self.extra_env = dict(extra_env or {})
+        base = grpc_port_base or free_port_block(5)
+        self.grpc_port_base = base
+        self.http_port = http_port or base + 4
+        self.http_url = f"http://127.0.0.1:{self.http_port}"
+        self.query_addr = f"127.0.0.1:{base}"
+        self.ingest_addr = f"127.0.0.1:{base + 1}"
+        self.process: subprocess.Popen[str] | None = None
+        self._pump = threading.Thread()
+        self.output: list[str] = []
+
+    def start(self) -> None:
+        env = {**os.environ, **self.extra_env, "PYTHONUNBUFFERED": "1"}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "services.cli", "up", "--data-dir", str(self.data_dir),
+             "--http-port", str(self.http_port), "--grpc-port-base", str(self.grpc_port_base)],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            stdin=subprocess.DEVNULL,
+        )
+        lines: queue.Queue[str | None] = queue.Queue()
+
+        def pump() -> None:
+            assert self.process is not None and self.process.stdout is not None
+            for line in self.process.stdout:
+                self.output.append(line)
+                lines.put(line)
+            lines.put(None)
+
+        self._pump = threading.Thread(target=pump, daemon=True)
+        self._pump.start()
+        while True:
+            try:
+                line = lines.get(timeout=START_TIMEOUT_SECONDS)
+            except queue.Empty:
+                self.stop()
+                raise RuntimeError("reachstore up did not become ready:\n" + "".join(self.output[-40:]))
+            if line is None:
+                raise RuntimeError("reachstore up exited:\n" + "".join(self.output[-40:]))
+            if line.startswith(READY_PREFIX):
+                assert line.strip() == f"{READY_PREFIX}{self.http_url}"
+                return
+
+    def pid(self, component: str) -> int:
+        return int((self.data_dir / "run" / f"{component}.pid").read_text())
+
+    def kill_component(self, component: str) -> None:
+        """SIGKILL one service process: no chance to finish anything."""
+        os.kill(self.pid(component), signal.SIGKILL)
+
+    def _reap(self) -> int:
+        """Waits for the exit, drains the output and closes the pipe."""
+        assert self.process is not None and self.process.stdout is not None
+        code = self.process.wait()
+        self._pump.join(timeout=10)
+        self.process.stdout.close()
+        return code
+
+    def wait_exit(self, timeout: float = 30.0) -> int:
+        assert self.process is not None
+        self.process.wait(timeout=timeout)
+        return self._reap()
+
+    def stop(self) -> int | None:
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        return self._reap()
