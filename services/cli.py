@@ -154,7 +154,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     url = f"http://{args.host}:{args.http_port}"
     try:
         for name in COMPONENT_PORT_OFFSETS:
-            system.start(name, f"services.{name}.main", {**env, "REACHSTORE_LISTEN": addr[name]})
+            component_env = {**env, "REACHSTORE_LISTEN": addr[name]}
+            if name == "query" and args.metrics_port:
+                component_env["REACHSTORE_METRICS_LISTEN"] = f"{args.host}:{args.metrics_port}"
+            system.start(name, f"services.{name}.main", component_env)
         system.start("bridge", "services.bridge.main",
                      {**env, "REACHSTORE_LISTEN": f"{args.host}:{args.http_port}"})
         deadline = time.monotonic() + READY_TIMEOUT_SECONDS
@@ -185,6 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--http-port", type=int, default=8420, help="REST bridge port")
     up.add_argument("--grpc-port-base", type=int, default=50051,
                     help="query listens here, ingest on +1, reach on +2, audit on +3")
+    up.add_argument("--metrics-port", type=int, default=9464,
+                    help="Prometheus metrics of the query service (coverage, failed namespaces "
+                    "by category); 0 turns them off")
     up.set_defaults(func=cmd_up)
     return parser
 

@@ -19,6 +19,7 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
     "REACHSTORE_LISTEN": ("127.0.0.1:0", "host:port this component listens on."),
     "REACHSTORE_QUERY_ADDR": ("127.0.0.1:50051", "host:port of the query service."),
     "REACHSTORE_INGEST_ADDR": ("127.0.0.1:50052", "host:port of the ingest service."),
+    "REACHSTORE_METRICS_LISTEN": ("", "host:port for Prometheus metrics of this component; empty: off."),
     "REACHSTORE_EMBED_THREADS": ("1", "Math threads of the embedder in each process."),
     "REACHSTORE_QUERY_TIMEOUT_DEFAULT_MS": ("2000", "Per-namespace budget when a query sets none."),
     "REACHSTORE_QUERY_TIMEOUT_CAP_MS": ("10000", "Largest per-namespace budget a query may ask for."),
@@ -79,6 +80,7 @@ class Settings:
     listen: str
     query_addr: str
     ingest_addr: str
+    metrics_listen: str
     embed_threads: int
     query_timeout_default_ms: int
     query_timeout_cap_ms: int
@@ -107,6 +109,8 @@ class Settings:
             listen=_address(env, "REACHSTORE_LISTEN"),
             query_addr=_address(env, "REACHSTORE_QUERY_ADDR"),
             ingest_addr=_address(env, "REACHSTORE_INGEST_ADDR"),
+            metrics_listen=_address(env, "REACHSTORE_METRICS_LISTEN") if env.get(
+                "REACHSTORE_METRICS_LISTEN") else "",
             embed_threads=_int(env, "REACHSTORE_EMBED_THREADS", 1),
             query_timeout_default_ms=default_ms,
             query_timeout_cap_ms=cap_ms,

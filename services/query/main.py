@@ -20,6 +20,7 @@ from services.embedding import default_embedder  # noqa: E402
 from services.query.api.servicer import QueryServicer  # noqa: E402
 from services.query.index import configure_threads  # noqa: E402
 from services.query.indexes import IndexManager  # noqa: E402
+from services.query.metrics import QueryMetrics  # noqa: E402
 from services.storage.engine import init_schema, make_engine, make_sessions  # noqa: E402
 from services.storage.repository import SemanticStore  # noqa: E402
 
@@ -50,6 +51,9 @@ async def _run(settings: Settings) -> None:
     embedder = default_embedder(settings.embed_threads)
     indexes = IndexManager(store, settings.data_dir / "indexes", settings.fault_rebuild_delay_ms)
     indexes.warm()
+    metrics = QueryMetrics()
+    if settings.metrics_listen:
+        metrics.serve(settings.metrics_listen)
     pool = concurrent.futures.ThreadPoolExecutor(SEARCH_THREADS, thread_name_prefix="search")
     servicer = QueryServicer(
         store, indexes, embedder, pool,
@@ -57,6 +61,7 @@ async def _run(settings: Settings) -> None:
         cap_timeout_ms=settings.query_timeout_cap_ms,
         max_namespaces=settings.query_max_namespaces,
         fault_delay_ms=settings.fault_namespace_delay_ms,
+        metrics=metrics,
     )
     snapshots = asyncio.create_task(_snapshot_loop(indexes, store))
 

@@ -34,8 +34,12 @@ def test_a_slow_namespace_times_out_while_the_others_answer(tmp_path: Path) -> N
             assert (failed["category"], failed["error_code"]) == ("timeout", "NAMESPACE_TIMEOUT")
             assert failed["retryable"] is True and failed["retry_after_ms"] > 0
             assert failed["structured_data"]["timeout_ms"] == 300
-            # The answer came at the budget, not after the injected 8 s delay.
+            # The answer came at the budget, not after the injected 8 s delay, and the
+            # search that ran out of time was told to stop.
             assert elapsed < 4.0
+            metrics = httpx.get(system.metrics_url, timeout=10).text
+            assert "reachstore_query_searches_cancelled_total 1.0" in metrics
+            assert 'category="timeout",error_code="NAMESPACE_TIMEOUT"} 1.0' in metrics
     finally:
         assert system.stop() == 0
 

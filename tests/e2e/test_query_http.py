@@ -132,3 +132,20 @@ def test_singular_namespace_is_rejected_with_the_replacement_named(http: httpx.C
     assert error["code"] == "DEPRECATED_FIELD"
     assert error["structured_data"]["use_instead"] == "namespaces"
     assert error["structured_data"]["field"] == "namespace"
+
+
+def test_monitoring_sees_partial_answers_by_category(http: httpx.Client, system) -> None:  # type: ignore[no-untyped-def]
+    def scrape() -> dict[str, float]:
+        values = {}
+        for line in httpx.get(system.metrics_url, timeout=10).text.splitlines():
+            if line.startswith("reachstore_") and " " in line:
+                name, value = line.rsplit(" ", 1)
+                values[name] = float(value)
+        return values
+
+    key = 'reachstore_query_namespace_failures_total{category="permanent",error_code="NAMESPACE_UNAVAILABLE"}'
+    before = scrape()
+    _query(http, namespaces=["demo", "nope"], query="x")
+    after = scrape()
+    assert after["reachstore_query_partial_answers_total"] == before.get("reachstore_query_partial_answers_total", 0) + 1
+    assert after[key] == before.get(key, 0) + 1

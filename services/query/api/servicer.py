@@ -25,6 +25,7 @@ from services.common.timefmt import rfc3339
 from services.embedding import Embedder
 from services.query.index import CancelToken, SearchCancelled, merge_hits
 from services.query.indexes import IndexManager
+from services.query.metrics import QueryMetrics
 from services.storage.repository import DocumentInfo, NamespaceInfo, SemanticStore
 
 # Share of a namespace's budget that may be spent waiting for its index to load.
@@ -56,6 +57,7 @@ class QueryServicer(pb_grpc.QueryServiceServicer):
         cap_timeout_ms: int,
         max_namespaces: int,
         fault_delay_ms: Mapping[str, int] | None = None,
+        metrics: QueryMetrics | None = None,
     ) -> None:
         self._store = store
         self._indexes = indexes
@@ -65,7 +67,7 @@ class QueryServicer(pb_grpc.QueryServiceServicer):
         self._cap_ms = cap_timeout_ms
         self._max_namespaces = max_namespaces
         self._fault_delay_ms = dict(fault_delay_ms or {})
-        self.cancelled_searches = 0  # searches stopped by their budget (for tests and metrics)
+        self.metrics = metrics or QueryMetrics()
 
     # --- request checks -----------------------------------------------------------------
 
@@ -136,6 +138,7 @@ class QueryServicer(pb_grpc.QueryServiceServicer):
                 per_namespace[name] = outcome
         succeeded = [n for n in requested if n in per_namespace]
         coverage = len(succeeded) / len(requested) if requested else 0.0
+        self.metrics.observe(coverage, failed)
         if failed and request.HasField("allow_partial") and not request.allow_partial:
             raise errors.ReachstoreError(
                 errors.INCOMPLETE_RESULT,
@@ -185,7 +188,7 @@ class QueryServicer(pb_grpc.QueryServiceServicer):
             return await asyncio.wait_for(work, max(0.0, deadline - time.monotonic()))
         except (TimeoutError, SearchCancelled):
             cancel.cancel()  # the thread stops at its next checkpoint
-            self.cancelled_searches += 1
+            self.metrics.cancelled.inc()
             return errors.make_failure(
                 errors.NAMESPACE_TIMEOUT,
                 f"namespace {name!r} did not answer within {budget_ms} ms",

@@ -1,0 +1,46 @@
+"""What monitoring needs to see of partial answers: status codes cannot show them, so the
+query service counts coverage and failed namespaces by category itself."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+
+from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
+
+
+class QueryMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.queries = Counter(
+            "reachstore_queries_total", "Queries answered (including partial answers).",
+            registry=self.registry)
+        self.partial = Counter(
+            "reachstore_query_partial_answers_total",
+            "Queries answered with coverage below 1.", registry=self.registry)
+        self.coverage = Histogram(
+            "reachstore_query_coverage_ratio", "Coverage ratio of each answered query.",
+            buckets=(0.0, 0.25, 0.5, 0.75, 0.99, 1.0), registry=self.registry)
+        self.namespace_failures = Counter(
+            "reachstore_query_namespace_failures_total",
+            "Namespaces missing from answers, by category and error code.",
+            ["category", "error_code"], registry=self.registry)
+        self.cancelled = Counter(
+            "reachstore_query_searches_cancelled_total",
+            "Namespace searches stopped because their time budget ran out.",
+            registry=self.registry)
+
+    def observe(self, coverage: float, failed: Sequence[pf_pb2.PartialFailure]) -> None:
+        self.queries.inc()
+        self.coverage.observe(coverage)
+        if coverage < 1.0:
+            self.partial.inc()
+        for failure in failed:
+            category = pf_pb2.Category.Name(failure.category).removeprefix("CATEGORY_").lower()
+            self.namespace_failures.labels(category, failure.error_code).inc()
+
+    def serve(self, address: str) -> None:
+        """Exposes the metrics in Prometheus text format at http://address/metrics."""
+        host, _, port = address.rpartition(":")
+        start_http_server(int(port), addr=host, registry=self.registry)
