@@ -1,0 +1,112 @@
+"""Which services the bridge fronts, where they live, and the generic calls to them.
+
+Calls go through ``channel.unary_unary("/pkg.Service/Method")`` with serializers taken
+from the descriptors, so no generated stub is needed. Channels are created lazily, inside
+the running event loop (a ``grpc.aio`` channel belongs to the loop it was made in), and
+closed when the app shuts down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import grpc
+from google.protobuf.descriptor import ServiceDescriptor
+from google.protobuf.message import Message
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from reachstore.ingest.v1 import ingest_service_pb2
+from reachstore.query.v1 import query_service_pb2
+from services.bridge import json_codec
+from services.bridge.routes import Route
+from services.common.config import Settings
+from services.common.grpc_server import GRPC_OPTIONS
+
+QUERY_SERVICE = query_service_pb2.DESCRIPTOR.services_by_name["QueryService"]
+INGEST_SERVICE = ingest_service_pb2.DESCRIPTOR.services_by_name["IngestService"]
+
+# The services the bridge exposes. Reach and audit join with one line each here and one
+# address in ``backend_addresses``.
+DEFAULT_SERVICES: tuple[ServiceDescriptor, ...] = (QUERY_SERVICE, INGEST_SERVICE)
+
+
+def backend_addresses(settings: Settings) -> dict[str, str]:
+    """Service full name -> host:port."""
+    return {
+        QUERY_SERVICE.full_name: settings.query_addr,
+        INGEST_SERVICE.full_name: settings.ingest_addr,
+    }
+
+
+Metadata = Sequence[tuple[str, str]]
+
+
+class Backends:
+    """gRPC channels to the services, one per address, plus generic unary calls."""
+
+    def __init__(
+        self,
+        addresses: Mapping[str, str],
+        channels: Mapping[str, grpc.aio.Channel] | None = None,
+    ) -> None:
+        self._addresses = dict(addresses)
+        self._given = dict(channels or {})  # owned by the caller: never closed here
+        self._owned: dict[str, grpc.aio.Channel] = {}
+        self._callables: dict[tuple[int, str], Callable[..., Any]] = {}
+
+    def channel(self, service: str) -> grpc.aio.Channel:
+        if service in self._given:
+            return self._given[service]
+        address = self._addresses.get(service)
+        if address is None:
+            raise LookupError(f"no address configured for {service}")
+        channel = self._owned.get(address)
+        if channel is None:
+            channel = grpc.aio.insecure_channel(address, options=GRPC_OPTIONS)
+            self._owned[address] = channel
+        return channel
+
+    def _callable(self, route: Route) -> Callable[..., Any]:
+        channel = self.channel(route.service.full_name)
+        key = (id(channel), route.grpc_path)
+        found = self._callables.get(key)
+        if found is None:
+            response_class = json_codec.message_class(route.method.output_type)
+            found = channel.unary_unary(
+                route.grpc_path,
+                request_serializer=lambda message: message.SerializeToString(),
+                response_deserializer=response_class.FromString,
+            )
+            self._callables[key] = found
+        return found
+
+    async def call(
+        self, route: Route, request: Message, *, timeout: float, metadata: Metadata
+    ) -> Message:
+        """Calls ``route``'s RPC; raises ``grpc.aio.AioRpcError`` on any failure."""
+        return await self._callable(route)(request, timeout=timeout, metadata=tuple(metadata))
+
+    async def health(self, service: str, timeout: float) -> str:
+        """The standard health status of ``service`` as a lowercase word, or
+        ``unreachable`` when it does not answer."""
+        stub = health_pb2_grpc.HealthStub(self.channel(service))
+        try:
+            request = health_pb2.HealthCheckRequest(service=service)
+            reply = await stub.Check(request, timeout=timeout)
+        except grpc.aio.AioRpcError as exc:
+            # NOT_FOUND: the server runs but does not report this service.
+            return "service_unknown" if exc.code() == grpc.StatusCode.NOT_FOUND else "unreachable"
+        return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status).lower()
+
+    async def health_of(self, services: Iterable[str], timeout: float) -> dict[str, str]:
+        names = list(services)
+        states = await asyncio.gather(*(self.health(name, timeout) for name in names))
+        return dict(zip(names, states, strict=True))
+
+    async def close(self) -> None:
+        owned, self._owned = list(self._owned.values()), {}
+        self._callables.clear()
+        for channel in owned:
+            await channel.close()

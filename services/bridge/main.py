@@ -1,0 +1,95 @@
+"""Composition root of the bridge: ``python -m services.bridge.main``.
+
+Reads settings, sends logs to stderr as JSON (stdout stays empty), binds the listening
+socket itself and serves the app with uvicorn, which drains requests on SIGTERM/SIGINT;
+the app's lifespan then closes the gRPC channels.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+import sys
+from types import FrameType
+from typing import Any
+
+import uvicorn
+
+from services.bridge.app import create_app
+from services.common import logs
+from services.common.config import ConfigError, Settings
+
+log = logging.getLogger("services.bridge")
+
+# In-flight requests get this long to finish after SIGTERM before they are cancelled; it
+# stays under the 15 s `reachstore up` waits before killing a component.
+GRACEFUL_SHUTDOWN_S = 10
+
+
+def bind_socket(listen: str) -> socket.socket:
+    """A listening TCP socket for ``host:port`` (port 0 picks a free one).
+
+    The protocol is given explicitly: asyncio only turns on TCP_NODELAY for sockets whose
+    ``proto`` is IPPROTO_TCP, and uvicorn writes headers and body in two sends, so without
+    it Nagle plus the peer's delayed ACK would add ~40 ms to every response.
+    """
+    host, _, port = listen.rpartition(":")
+    host = host.strip("[]")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, int(port)))
+        sock.listen(2048)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def uvicorn_config(app: Any, sock: socket.socket) -> uvicorn.Config:
+    host, port = sock.getsockname()[:2]
+    return uvicorn.Config(
+        app, host=host, port=port, http="httptools", log_config=None, access_log=False,
+        lifespan="on", timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+    )
+
+
+async def serve(settings: Settings) -> None:
+    app = create_app(settings)
+    sock = bind_socket(settings.listen)
+    server = uvicorn.Server(uvicorn_config(app, sock))
+    host, port = sock.getsockname()[:2]
+    # Tools (and tests) read this line to learn the port when REACHSTORE_LISTEN ends in :0.
+    log.info("bridge listening on %s:%d (query=%s ingest=%s)", host, port,
+             settings.query_addr, settings.ingest_addr)
+    try:
+        await server.serve(sockets=[sock])
+    finally:
+        sock.close()
+
+
+def _exit_quietly(signum: int, frame: FrameType | None) -> None:
+    # uvicorn handles SIGTERM/SIGINT while serving and re-raises the signal once it has
+    # shut down; ending here makes that a clean exit instead of a KeyboardInterrupt trace.
+    raise SystemExit(0)
+
+
+def main() -> None:
+    try:
+        settings = Settings.from_env()
+    except ConfigError as exc:
+        sys.stderr.write(f"bridge: {exc}\n")
+        raise SystemExit(2) from None
+    logs.configure("bridge", settings.log_level)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _exit_quietly)
+    asyncio.run(serve(settings))
+    log.info("bridge stopped")
+
+
+if __name__ == "__main__":
+    main()
