@@ -80,7 +80,7 @@ def _exit_quietly(signum: int, frame: FrameType | None) -> None:
 
 def main() -> None:
     try:
-        settings = Settings.from_env()
+        settings = Settings.from_env(default_listen="127.0.0.1:8420")
     except ConfigError as exc:
         sys.stderr.write(f"bridge: {exc}\n")
         raise SystemExit(2) from None

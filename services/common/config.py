@@ -16,7 +16,11 @@ from pathlib import Path
 ENVIRONMENT: dict[str, tuple[str, str]] = {
     "REACHSTORE_DATA_DIR": ("./data", "Folder for SQLite files and index snapshots."),
     "REACHSTORE_DATABASE_URL": ("", "SQLAlchemy URL; empty means SQLite in the data folder."),
-    "REACHSTORE_LISTEN": ("127.0.0.1:0", "host:port this component listens on."),
+    "REACHSTORE_LISTEN": (
+        "",
+        "host:port this component listens on. Defaults: query 127.0.0.1:50051, ingest "
+        "127.0.0.1:50052, bridge 127.0.0.1:8420.",
+    ),
     "REACHSTORE_QUERY_ADDR": ("127.0.0.1:50051", "host:port of the query service."),
     "REACHSTORE_INGEST_ADDR": ("127.0.0.1:50052", "host:port of the ingest service."),
     "REACHSTORE_METRICS_LISTEN": ("", "host:port for Prometheus metrics of this component; empty: off."),
@@ -91,8 +95,12 @@ class Settings:
     log_level: str
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
-        env = os.environ if env is None else env
+    def from_env(cls, env: Mapping[str, str] | None = None, *,
+                 default_listen: str = "127.0.0.1:0") -> Settings:
+        """Reads and checks every setting; ``default_listen`` is the component's own port."""
+        env = dict(os.environ if env is None else env)
+        env.setdefault("REACHSTORE_LISTEN", default_listen)
+        env["REACHSTORE_LISTEN"] = env["REACHSTORE_LISTEN"] or default_listen
         data_dir = Path(env.get("REACHSTORE_DATA_DIR", ENVIRONMENT["REACHSTORE_DATA_DIR"][0]))
         database_url = env.get("REACHSTORE_DATABASE_URL", "") or (
             f"sqlite:///{(data_dir / 'reachstore.db').resolve()}"

@@ -20,7 +20,7 @@ SERVICE_NAME = ingest_service_pb2.DESCRIPTOR.services_by_name["IngestService"].f
 
 
 def main() -> None:
-    settings = Settings.from_env()
+    settings = Settings.from_env(default_listen="127.0.0.1:50052")
     logs.configure("ingest", settings.log_level)
     engine = make_engine(settings.database_url)
     init_schema(engine)

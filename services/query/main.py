@@ -81,7 +81,7 @@ async def _run(settings: Settings) -> None:
 
 
 def main() -> None:
-    settings = Settings.from_env()
+    settings = Settings.from_env(default_listen="127.0.0.1:50051")
     logs.configure("query", settings.log_level)
     asyncio.run(_run(settings))
 
