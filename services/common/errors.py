@@ -176,8 +176,12 @@ INDEX_REBUILDING = _entry(
     retry_after_ms=2000)
 INCOMPLETE_RESULT = _entry(
     "INCOMPLETE_RESULT", _T, _S.UNAVAILABLE,
-    "allow_partial was false and some namespaces did not answer; the per-namespace "
-    "failures travel in the details.", retry_after_ms=1000)
+    "allow_partial was false and some namespaces did not answer, each for a retryable "
+    "reason; the per-namespace failures travel in the details.", retry_after_ms=1000)
+INCOMPLETE_RESULT_PERMANENT = _entry(
+    "INCOMPLETE_RESULT_PERMANENT", _P, _S.FAILED_PRECONDITION,
+    "allow_partial was false and at least one namespace cannot answer as asked (its failure "
+    "is not retryable); the per-namespace failures travel in the details.")
 
 # --- server side ---------------------------------------------------------------------------
 SERVICE_UNAVAILABLE = _entry(

@@ -37,9 +37,15 @@ def test_a_slow_namespace_times_out_while_the_others_answer(tmp_path: Path) -> N
             # The answer came at the budget, not after the injected 8 s delay, and the
             # search that ran out of time was told to stop.
             assert elapsed < 4.0
+            strict = http.post("/api/v1/query", json={"namespaces": ["fast", "slow"], "query": "rivers",
+                                                      "timeout_ms": 300, "allow_partial": False})
+            assert strict.status_code == 503 and strict.headers["retry-after"] == "1"
+            error = strict.json()["error"]
+            assert (error["code"], error["category"], error["retryable"]) == ("INCOMPLETE_RESULT", "transient", True)
+            assert error["retry_after_ms"] == failed["retry_after_ms"]
             metrics = httpx.get(system.metrics_url, timeout=10).text
-            assert "reachstore_query_searches_cancelled_total 1.0" in metrics
-            assert 'category="timeout",error_code="NAMESPACE_TIMEOUT"} 1.0' in metrics
+            assert "reachstore_query_searches_cancelled_total 2.0" in metrics
+            assert 'category="timeout",error_code="NAMESPACE_TIMEOUT"} 2.0' in metrics
     finally:
         assert system.stop() == 0
 

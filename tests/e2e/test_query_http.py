@@ -91,9 +91,9 @@ def test_identical_text_in_two_namespaces_is_returned_once(http: httpx.Client) -
 def test_allow_partial_false_turns_a_partial_answer_into_an_error(http: httpx.Client) -> None:
     ingest(http, "policy", POLICY_DOCS)
     reply = _query(http, namespaces=["policy", "nope"], query="refund", allow_partial=False)
-    assert reply.status_code == 503
+    assert reply.status_code == 400
     error = reply.json()["error"]
-    assert error["code"] == "INCOMPLETE_RESULT"
+    assert (error["code"], error["retryable"]) == ("INCOMPLETE_RESULT_PERMANENT", False)
     assert error["structured_data"]["coverage_ratio"] == 0.5
     assert [d["namespace"] for d in error["details"]] == ["nope"]
     complete = _query(http, namespaces=["policy"], query="refund", allow_partial=False)

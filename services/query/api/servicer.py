@@ -140,11 +140,13 @@ class QueryServicer(pb_grpc.QueryServiceServicer):
         coverage = len(succeeded) / len(requested) if requested else 0.0
         self.metrics.observe(coverage, failed)
         if failed and request.HasField("allow_partial") and not request.allow_partial:
+            # Retrying the whole query only helps when every missing part may come back.
+            retryable = all(f.retryable for f in failed)
             raise errors.ReachstoreError(
-                errors.INCOMPLETE_RESULT,
+                errors.INCOMPLETE_RESULT if retryable else errors.INCOMPLETE_RESULT_PERMANENT,
                 f"{len(failed)} of {len(requested)} namespaces did not answer and allow_partial "
                 "is false",
-                retry_after_ms=max((f.retry_after_ms for f in failed if f.retryable), default=None),
+                retry_after_ms=max(f.retry_after_ms for f in failed) if retryable else None,
                 structured_data={"coverage_ratio": coverage,
                                  "namespaces_failed": [f.namespace for f in failed]},
                 details=failed)

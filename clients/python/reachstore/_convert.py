@@ -1,0 +1,270 @@
+"""Protobuf messages <-> SDK models: the one place that knows both shapes.
+
+Every client (this synchronous gRPC one, and the async and REST clients to come) builds
+its requests and reads its responses through these functions, so a model means the same
+thing whichever transport produced it. Enum numbers become the lowercase words the REST
+bridge prints, with the same rule (the enum's UPPER_SNAKE name is the prefix dropped).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from google.protobuf import struct_pb2
+from google.protobuf.descriptor import EnumDescriptor
+
+from reachstore._models import (
+    BatchMeta,
+    BatchResponse,
+    BatchResult,
+    Document,
+    DocumentInput,
+    Failure,
+    Namespace,
+    QueryMeta,
+    SearchResponse,
+    SearchResult,
+    Task,
+)
+from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
+from reachstore.ingest.v1 import ingest_service_pb2 as ingest_pb2
+from reachstore.query.v1 import query_service_pb2 as query_pb2
+
+# --- enums --------------------------------------------------------------------------------
+
+
+def _upper_snake(camel: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", camel).upper()
+
+
+@functools.cache
+def _enum_tables(enum: EnumDescriptor) -> tuple[dict[int, str], dict[str, int]]:
+    """(number -> word, word -> number) for one enum, e.g. CATEGORY_PERMANENT <-> permanent."""
+    prefix = _upper_snake(enum.name) + "_"
+    words = {value.number: value.name.removeprefix(prefix).lower() for value in enum.values}
+    return words, {word: number for number, word in words.items()}
+
+
+def enum_word(enum: EnumDescriptor, number: int) -> str:
+    """The lowercase word of an enum value. A number this SDK does not know (sent by a
+    newer server) comes back as its decimal string rather than being hidden."""
+    return _enum_tables(enum)[0].get(number, str(number))
+
+
+def enum_number(enum: EnumDescriptor, word: str) -> int:
+    """The enum number of a lowercase word; ValueError naming the valid words otherwise."""
+    table = _enum_tables(enum)[1]
+    if word not in table:
+        valid = sorted(w for w in table if w != "unspecified")
+        raise ValueError(f"{word!r} is not a valid {enum.name}; use one of {valid}")
+    return table[word]
+
+
+CATEGORY = pf_pb2.Category.DESCRIPTOR
+TASK_STATE = ingest_pb2.TaskState.DESCRIPTOR
+TASK_PHASE = ingest_pb2.TaskPhase.DESCRIPTOR
+HINT = ingest_pb2.AgentDecisionHint.DESCRIPTOR
+OUTCOME = ingest_pb2.DocumentOutcome.DESCRIPTOR
+ON_DUPLICATE = ingest_pb2.OnDuplicate.DESCRIPTOR
+
+
+# --- Struct -> plain Python ------------------------------------------------------------------
+
+
+def _value(value: struct_pb2.Value) -> Any:
+    kind = value.WhichOneof("kind")
+    if kind == "struct_value":
+        return struct_to_dict(value.struct_value)
+    if kind == "list_value":
+        return [_value(item) for item in value.list_value.values]
+    if kind == "number_value":
+        number = value.number_value
+        # Struct stores every number as a double. Limits and counts were sent as integers,
+        # and the REST bridge gives them back as integers: do the same, so `== 100` holds
+        # whichever transport answered.
+        if number.is_integer() and abs(number) <= 2**53:
+            return int(number)
+        return number
+    if kind in ("string_value", "bool_value"):
+        return getattr(value, kind)
+    return None
+
+
+def struct_to_dict(struct: struct_pb2.Struct) -> dict[str, Any]:
+    """A ``google.protobuf.Struct`` as a plain dict (nested Structs and lists included)."""
+    return {key: _value(item) for key, item in struct.fields.items()}
+
+
+# --- responses -> models -----------------------------------------------------------------------
+
+
+def failure_from_pb(failure: pf_pb2.PartialFailure) -> Failure:
+    return Failure(
+        category=enum_word(CATEGORY, failure.category),
+        error_code=failure.error_code,
+        message=failure.message,
+        retryable=failure.retryable,
+        retry_after_ms=failure.retry_after_ms if failure.HasField("retry_after_ms") else None,
+        structured_data=struct_to_dict(failure.structured_data),
+        namespace=failure.namespace,
+        document_id=failure.document_id,
+        batch_index=failure.batch_index if failure.HasField("batch_index") else None,
+        action_id=failure.action_id,
+    )
+
+
+def search_response_from_pb(response: query_pb2.QueryResponse) -> SearchResponse:
+    meta = response.meta
+    return SearchResponse(
+        results=[
+            SearchResult(
+                namespace=r.namespace,
+                document_id=r.document_id,
+                chunk_index=r.chunk_index,
+                text=r.text,
+                score=r.score,
+                metadata=dict(r.metadata),
+            )
+            for r in response.results
+        ],
+        meta=QueryMeta(
+            coverage_ratio=meta.coverage_ratio,
+            namespaces_queried=list(meta.namespaces_queried),
+            namespaces_succeeded=list(meta.namespaces_succeeded),
+            namespaces_failed=[failure_from_pb(f) for f in meta.namespaces_failed],
+        ),
+    )
+
+
+def namespace_from_pb(namespace: ingest_pb2.Namespace) -> Namespace:
+    return Namespace(
+        name=namespace.name,
+        embedding_model=namespace.embedding_model,
+        dimension=namespace.dimension,
+        document_count=namespace.document_count,
+        chunk_count=namespace.chunk_count,
+        created_at=namespace.created_at,
+    )
+
+
+def document_from_pb(document: query_pb2.Document) -> Document:
+    return Document(
+        namespace=document.namespace,
+        document_id=document.document_id,
+        text=document.text,
+        metadata=dict(document.metadata),
+        chunk_count=document.chunk_count,
+        content_sha256=document.content_sha256,
+        updated_at=document.updated_at,
+    )
+
+
+def task_from_pb(task: ingest_pb2.Task) -> Task:
+    return Task(
+        task_id=task.task_id,
+        namespace=task.namespace,
+        document_id=task.document_id,
+        state=enum_word(TASK_STATE, task.state),
+        phase=enum_word(TASK_PHASE, task.phase),
+        percent=task.percent,
+        agent_decision_hint=enum_word(HINT, task.agent_decision_hint),
+        poll_after_ms=task.poll_after_ms if task.HasField("poll_after_ms") else None,
+        error=failure_from_pb(task.error) if task.HasField("error") else None,
+        created_at=task.created_at,
+        updated_at=task.updated_at,
+    )
+
+
+def batch_response_from_pb(response: ingest_pb2.BatchCreateDocumentsResponse) -> BatchResponse:
+    failed = [failure_from_pb(f) for f in response.meta.failed]
+    by_index = {f.batch_index: f for f in failed if f.batch_index is not None}
+    return BatchResponse(
+        results=[
+            BatchResult(
+                batch_index=r.batch_index,
+                document_id=r.document_id,
+                outcome=enum_word(OUTCOME, r.outcome),
+                task_id=r.task_id or None,
+                failure=by_index.get(r.batch_index),
+            )
+            for r in response.results
+        ],
+        meta=BatchMeta(coverage_ratio=response.meta.coverage_ratio, failed=failed),
+    )
+
+
+# --- arguments -> requests ------------------------------------------------------------------------
+
+
+def namespaces_arg(namespaces: Iterable[str]) -> list[str]:
+    """The namespaces of a search as a list. A bare string is refused: iterating it would
+    search one namespace per character, and the server refuses the singular field too."""
+    if isinstance(namespaces, (str, bytes)):
+        raise TypeError(
+            f"namespaces must be a list of names, not a single string; "
+            f"pass [{namespaces!r}] to search one namespace"
+        )
+    names = list(namespaces)
+    for name in names:
+        if not isinstance(name, str):
+            raise TypeError(f"namespace names must be str, got {type(name).__name__}")
+    return names
+
+
+def query_request(
+    namespaces: Iterable[str],
+    query: str,
+    top_k: int,
+    filter: Mapping[str, str] | None,
+    timeout_ms: int | None,
+    allow_partial: bool | None,
+) -> query_pb2.QueryRequest:
+    request = query_pb2.QueryRequest(
+        namespaces=namespaces_arg(namespaces),
+        query=query,
+        top_k=top_k,
+        filter=dict(filter or {}),
+        timeout_ms=timeout_ms or 0,
+    )
+    # Left unset when None so the server's default (true) applies.
+    if allow_partial is not None:
+        request.allow_partial = allow_partial
+    return request
+
+
+_DOCUMENT_KEYS = frozenset({"text", "document_id", "metadata"})
+
+
+def document_input_to_pb(document: DocumentInput | Mapping[str, Any]) -> ingest_pb2.DocumentInput:
+    """A DocumentInput (or a dict with the same keys) as its proto. Unknown dict keys are
+    refused here: silently dropping a misspelt ``metdata`` would store the wrong thing."""
+    if isinstance(document, DocumentInput):
+        text, document_id, metadata = document.text, document.document_id, document.metadata
+    elif isinstance(document, Mapping):
+        unknown = set(document) - _DOCUMENT_KEYS
+        if unknown:
+            raise ValueError(
+                f"unknown document keys {sorted(unknown)}; allowed: {sorted(_DOCUMENT_KEYS)}"
+            )
+        if "text" not in document:
+            raise ValueError("a document needs a 'text'")
+        text = document["text"]
+        document_id = document.get("document_id")
+        metadata = document.get("metadata")
+    else:
+        raise TypeError(
+            f"a document must be a DocumentInput or a dict, got {type(document).__name__}"
+        )
+    return ingest_pb2.DocumentInput(
+        document_id=document_id or "", text=text, metadata=dict(metadata or {})
+    )
+
+
+def on_duplicate_to_pb(word: str) -> int:
+    """``"error"``, ``"skip"`` or ``"overwrite"`` as the OnDuplicate number."""
+    if word == "unspecified":
+        raise ValueError("on_duplicate must be 'error', 'skip' or 'overwrite'")
+    return enum_number(ON_DUPLICATE, word)
