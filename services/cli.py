@@ -4,7 +4,7 @@
 each reports healthy, seeds the `demo` namespace, prints one ready line and stops
 everything cleanly on Ctrl-C or SIGTERM. Its flags, the port layout (query on the base
 port, ingest on base+1, reach on base+2, audit on base+3) and the ready line are an
-interface other tools rely on.
+interface other tools rely on. Query metrics (Prometheus) listen on base+9.
 """
 
 from __future__ import annotations
@@ -41,6 +41,9 @@ DEMO_TEXT = (
 
 # Offsets from --grpc-port-base, in this order. Reach and audit join in their own issues.
 COMPONENT_PORT_OFFSETS = {"query": 0, "ingest": 1}
+# The query service's Prometheus endpoint, derived from the base so that two systems on
+# different bases never collide.
+METRICS_PORT_OFFSET = 9
 
 
 def _fail(message: str) -> None:
@@ -133,6 +136,8 @@ def _seed_demo(ingest_addr: str, deadline: float) -> None:
 
 def cmd_up(args: argparse.Namespace) -> int:
     data_dir = Path(args.data_dir).resolve()
+    metrics_port = (args.grpc_port_base + METRICS_PORT_OFFSET if args.metrics_port is None
+                    else args.metrics_port)
     ports = {name: args.grpc_port_base + offset for name, offset in COMPONENT_PORT_OFFSETS.items()}
     addr = {name: f"{args.host}:{port}" for name, port in ports.items()}
     env = dict(os.environ)
@@ -155,8 +160,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     try:
         for name in COMPONENT_PORT_OFFSETS:
             component_env = {**env, "REACHSTORE_LISTEN": addr[name]}
-            if name == "query" and args.metrics_port:
-                component_env["REACHSTORE_METRICS_LISTEN"] = f"{args.host}:{args.metrics_port}"
+            if name == "query" and metrics_port:
+                component_env["REACHSTORE_METRICS_LISTEN"] = f"{args.host}:{metrics_port}"
             system.start(name, f"services.{name}.main", component_env)
         system.start("bridge", "services.bridge.main",
                      {**env, "REACHSTORE_LISTEN": f"{args.host}:{args.http_port}"})
@@ -188,9 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--http-port", type=int, default=8420, help="REST bridge port")
     up.add_argument("--grpc-port-base", type=int, default=50051,
                     help="query listens here, ingest on +1, reach on +2, audit on +3")
-    up.add_argument("--metrics-port", type=int, default=9464,
+    up.add_argument("--metrics-port", type=int, default=None,
                     help="Prometheus metrics of the query service (coverage, failed namespaces "
-                    "by category); 0 turns them off")
+                    f"by category); default: grpc-port-base + {METRICS_PORT_OFFSET}; 0 turns them off")
     up.set_defaults(func=cmd_up)
     return parser
 

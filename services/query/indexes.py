@@ -164,9 +164,11 @@ class IndexManager:
 
     def search(self, slot: _Slot, query_vector: np.ndarray, query_text: str, top_k: int,
                metadata_filter: dict[str, str] | None, cancel: CancelToken) -> list:
-        with slot.lock:
-            assert slot.index is not None
-            return slot.index.search(query_vector, query_text, top_k, metadata_filter, cancel)
+        # No slot lock: NamespaceIndex lets searches run concurrently with each other and
+        # with a catch-up (which holds slot.lock only to serialise writers).
+        index = slot.index
+        assert index is not None
+        return index.search(query_vector, query_text, top_k, metadata_filter, cancel)
 
     # --- snapshots ----------------------------------------------------------------------
 

@@ -42,10 +42,10 @@ class RunningSystem:
                  grpc_port_base: int | None = None, http_port: int | None = None) -> None:
         self.data_dir = data_dir
         self.extra_env = dict(extra_env or {})
-        base = grpc_port_base or free_port_block(6)
+        base = grpc_port_base or free_port_block(10)
         self.grpc_port_base = base
         self.http_port = http_port or base + 4
-        self.metrics_port = base + 5 if grpc_port_base is None else 9464
+        self.metrics_port = base + 9  # the default of `reachstore up`
         self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         self.http_url = f"http://127.0.0.1:{self.http_port}"
         self.query_addr = f"127.0.0.1:{base}"
@@ -58,8 +58,7 @@ class RunningSystem:
         env = {**os.environ, **self.extra_env, "PYTHONUNBUFFERED": "1"}
         self.process = subprocess.Popen(
             [sys.executable, "-m", "services.cli", "up", "--data-dir", str(self.data_dir),
-             "--http-port", str(self.http_port), "--grpc-port-base", str(self.grpc_port_base),
-             "--metrics-port", str(self.metrics_port)],
+             "--http-port", str(self.http_port), "--grpc-port-base", str(self.grpc_port_base)],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             stdin=subprocess.DEVNULL,
         )
