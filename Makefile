@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 
-.PHONY: up test install install-test generate check-protos docs bench clean
+.PHONY: up test install install-test generate check-protos lint format docs bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,15 @@ generate: install-test
 ## buf lint, buf breaking against the previous commit, and the generated-code drift check.
 check-protos: install-test
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH scripts/check_protos.sh
+
+## Lint and format check (ruff); `make format` rewrites.
+lint: install-test
+	$(VENV)/bin/ruff check services clients tests bench
+	$(VENV)/bin/ruff format --check services clients tests bench
+
+format: install-test
+	$(VENV)/bin/ruff check --fix services clients tests bench
+	$(VENV)/bin/ruff format services clients tests bench
 
 ## Regenerate docs/ERRORS.md from the error catalogue.
 docs: install

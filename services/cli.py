@@ -58,7 +58,9 @@ class _System:
         self.run_dir = run_dir
 
     def start(self, name: str, module: str, env: dict[str, str]) -> None:
-        process = subprocess.Popen([sys.executable, "-m", module], env=env, stdin=subprocess.DEVNULL)
+        process = subprocess.Popen(
+            [sys.executable, "-m", module], env=env, stdin=subprocess.DEVNULL
+        )
         self.children[name] = process
         # Operators and fault drills find each component's process here.
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -119,13 +121,23 @@ def _seed_demo(ingest_addr: str, deadline: float) -> None:
         except grpc.RpcError as exc:
             if exc.code() != grpc.StatusCode.ALREADY_EXISTS:
                 raise
-        task = stub.CreateDocument(ingest_pb.CreateDocumentRequest(
-            namespace=DEMO_NAMESPACE,
-            document=ingest_pb.DocumentInput(document_id=DEMO_DOCUMENT_ID, text=DEMO_TEXT,
-                                             metadata={"lang": "en+zh", "source": "reachstore"}),
-            on_duplicate=ingest_pb.ON_DUPLICATE_SKIP), timeout=10).task
-        while task.state not in (ingest_pb.TASK_STATE_COMPLETED, ingest_pb.TASK_STATE_FAILED,
-                                 ingest_pb.TASK_STATE_CANCELLED):
+        task = stub.CreateDocument(
+            ingest_pb.CreateDocumentRequest(
+                namespace=DEMO_NAMESPACE,
+                document=ingest_pb.DocumentInput(
+                    document_id=DEMO_DOCUMENT_ID,
+                    text=DEMO_TEXT,
+                    metadata={"lang": "en+zh", "source": "reachstore"},
+                ),
+                on_duplicate=ingest_pb.ON_DUPLICATE_SKIP,
+            ),
+            timeout=10,
+        ).task
+        while task.state not in (
+            ingest_pb.TASK_STATE_COMPLETED,
+            ingest_pb.TASK_STATE_FAILED,
+            ingest_pb.TASK_STATE_CANCELLED,
+        ):
             if time.monotonic() > deadline:
                 raise RuntimeError("seeding the demo namespace did not finish in time")
             time.sleep(0.05)
@@ -136,16 +148,21 @@ def _seed_demo(ingest_addr: str, deadline: float) -> None:
 
 def cmd_up(args: argparse.Namespace) -> int:
     data_dir = Path(args.data_dir).resolve()
-    metrics_port = (args.grpc_port_base + METRICS_PORT_OFFSET if args.metrics_port is None
-                    else args.metrics_port)
+    metrics_port = (
+        args.grpc_port_base + METRICS_PORT_OFFSET
+        if args.metrics_port is None
+        else args.metrics_port
+    )
     ports = {name: args.grpc_port_base + offset for name, offset in COMPONENT_PORT_OFFSETS.items()}
     addr = {name: f"{args.host}:{port}" for name, port in ports.items()}
     env = dict(os.environ)
-    env.update({
-        "REACHSTORE_DATA_DIR": str(data_dir),
-        "REACHSTORE_QUERY_ADDR": addr["query"],
-        "REACHSTORE_INGEST_ADDR": addr["ingest"],
-    })
+    env.update(
+        {
+            "REACHSTORE_DATA_DIR": str(data_dir),
+            "REACHSTORE_QUERY_ADDR": addr["query"],
+            "REACHSTORE_INGEST_ADDR": addr["ingest"],
+        }
+    )
     settings = Settings.from_env(env)  # fails fast on a bad setting, before anything starts
     # The schema is created once here, so the services never race to create it.
     engine = make_engine(settings.database_url)
@@ -163,8 +180,11 @@ def cmd_up(args: argparse.Namespace) -> int:
             if name == "query" and metrics_port:
                 component_env["REACHSTORE_METRICS_LISTEN"] = f"{args.host}:{metrics_port}"
             system.start(name, f"services.{name}.main", component_env)
-        system.start("bridge", "services.bridge.main",
-                     {**env, "REACHSTORE_LISTEN": f"{args.host}:{args.http_port}"})
+        system.start(
+            "bridge",
+            "services.bridge.main",
+            {**env, "REACHSTORE_LISTEN": f"{args.host}:{args.http_port}"},
+        )
         deadline = time.monotonic() + READY_TIMEOUT_SECONDS
         for name in COMPONENT_PORT_OFFSETS:
             _wait_grpc_healthy(addr[name], system, deadline)
@@ -191,11 +211,19 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--data-dir", default="./data", help="folder for SQLite files and indexes")
     up.add_argument("--host", default="127.0.0.1", help="address every component listens on")
     up.add_argument("--http-port", type=int, default=8420, help="REST bridge port")
-    up.add_argument("--grpc-port-base", type=int, default=50051,
-                    help="query listens here, ingest on +1, reach on +2, audit on +3")
-    up.add_argument("--metrics-port", type=int, default=None,
-                    help="Prometheus metrics of the query service (coverage, failed namespaces "
-                    f"by category); default: grpc-port-base + {METRICS_PORT_OFFSET}; 0 turns them off")
+    up.add_argument(
+        "--grpc-port-base",
+        type=int,
+        default=50051,
+        help="query listens here, ingest on +1, reach on +2, audit on +3",
+    )
+    up.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="Prometheus metrics of the query service (coverage, failed namespaces "
+        f"by category); default: grpc-port-base + {METRICS_PORT_OFFSET}; 0 turns them off",
+    )
     up.set_defaults(func=cmd_up)
     return parser
 

@@ -81,7 +81,9 @@ class Bridge:
         except Exception:  # noqa: BLE001 - the one place an unexpected bridge error is caught
             log.exception(
                 "bridge error on %s %s (request_id=%s)",
-                request.method, scope.get("path"), request_id,
+                request.method,
+                scope.get("path"),
+                request_id,
             )
             response = error_responses.from_error(
                 errors.ReachstoreError(
@@ -94,8 +96,12 @@ class Bridge:
         response.headers["X-Request-Id"] = request_id
         await response(scope, receive, send)
         log.debug(
-            "%s %s -> %d in %.1f ms (request_id=%s)", request.method, scope.get("path"),
-            response.status_code, (time.perf_counter() - started) * 1000, request_id,
+            "%s %s -> %d in %.1f ms (request_id=%s)",
+            request.method,
+            scope.get("path"),
+            response.status_code,
+            (time.perf_counter() - started) * 1000,
+            request_id,
         )
 
     async def _dispatch(self, request: Request, request_id: str) -> Response:

@@ -119,7 +119,10 @@ def from_rpc_error(exc: grpc.aio.AioRpcError, service: str, request_id: str) -> 
     # The transport's text names internal addresses; it goes to the log, not the caller.
     log.warning(
         "call to %s failed without details: %s %s (request_id=%s)",
-        service, exc.code().name, exc.details(), request_id,
+        service,
+        exc.code().name,
+        exc.details(),
+        request_id,
     )
     short = service.rsplit(".", 1)[-1]
     messages = {

@@ -117,7 +117,9 @@ def parse_json_object(body: bytes) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         raise _malformed(
             f"body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
-            line=exc.lineno, column=exc.colno, position=exc.pos,
+            line=exc.lineno,
+            column=exc.colno,
+            position=exc.pos,
         ) from None
     except _DuplicateKey as exc:
         key = exc.args[0]

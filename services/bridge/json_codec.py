@@ -208,8 +208,9 @@ def _integer(field: FieldDescriptor, value: Any, path: str) -> int:
     kind, low, high = _INT_RANGES[field.cpp_type]
     if isinstance(value, float):
         if not math.isfinite(value):  # 1e400 decodes to inf
-            raise errors.invalid(path, f"integer out of {kind} range", expected="integer",
-                                 minimum=low, maximum=high)
+            raise errors.invalid(
+                path, f"integer out of {kind} range", expected="integer", minimum=low, maximum=high
+            )
         if not value.is_integer():
             raise errors.invalid(
                 path, "expected integer, got a number with a fraction", expected="integer"
@@ -240,7 +241,8 @@ def _enum(field: FieldDescriptor, value: Any, path: str) -> int:
     if isinstance(value, str) and value in accepted:
         return accepted[value]
     rule = (
-        f"unknown enum word {value!r}" if isinstance(value, str)
+        f"unknown enum word {value!r}"
+        if isinstance(value, str)
         else f"expected enum word, got {json_type(value)}"
     )
     raise errors.invalid(path, rule, expected="enum word", allowed=words)
@@ -327,8 +329,10 @@ def _fill_map(container: Any, field: FieldDescriptor, value: Any, path: str) -> 
     value_field = field.message_type.fields_by_name["value"]
     for raw_key, item in value.items():
         item_path = f"{path}.{raw_key}"
-        key = raw_key if key_field.cpp_type == _FD.CPPTYPE_STRING else scalar_from_text(
-            key_field, raw_key, item_path
+        key = (
+            raw_key
+            if key_field.cpp_type == _FD.CPPTYPE_STRING
+            else scalar_from_text(key_field, raw_key, item_path)
         )
         if item is None:
             raise _wrong_type(item_path, _expected(value_field), item)
@@ -341,8 +345,12 @@ def _fill_map(container: Any, field: FieldDescriptor, value: Any, path: str) -> 
 def _expected(field: FieldDescriptor) -> str:
     if field.cpp_type == _FD.CPPTYPE_MESSAGE:
         return "object"
-    names: dict[int, str] = {_FD.CPPTYPE_BOOL: "boolean", _FD.CPPTYPE_ENUM: "enum word",
-                             _FD.CPPTYPE_DOUBLE: "number", _FD.CPPTYPE_FLOAT: "number"}
+    names: dict[int, str] = {
+        _FD.CPPTYPE_BOOL: "boolean",
+        _FD.CPPTYPE_ENUM: "enum word",
+        _FD.CPPTYPE_DOUBLE: "number",
+        _FD.CPPTYPE_FLOAT: "number",
+    }
     return "integer" if field.cpp_type in _INT_RANGES else names.get(field.cpp_type, "string")
 
 
@@ -380,7 +388,8 @@ def fill_message(message: Message, data: Any, path: str = "") -> None:
         if oneof is not None and len(oneof.fields) > 1:
             if oneof.name in oneofs_set:
                 raise errors.invalid(
-                    field_path, f"only one of the {oneof.name} fields may be set",
+                    field_path,
+                    f"only one of the {oneof.name} fields may be set",
                     conflicts_with=_join(path, oneofs_set[oneof.name]),
                 )
             oneofs_set[oneof.name] = name
@@ -406,4 +415,3 @@ def message_from_dict(descriptor: Descriptor, data: Any) -> Message:
 def message_class(descriptor: Descriptor) -> Callable[[], Message]:
     """The generated class for ``descriptor`` (the factory caches it)."""
     return message_factory.GetMessageClass(descriptor)
-

@@ -53,8 +53,14 @@ def bind_socket(listen: str) -> socket.socket:
 def uvicorn_config(app: Any, sock: socket.socket) -> uvicorn.Config:
     host, port = sock.getsockname()[:2]
     return uvicorn.Config(
-        app, host=host, port=port, http="httptools", log_config=None, access_log=False,
-        lifespan="on", timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+        app,
+        host=host,
+        port=port,
+        http="httptools",
+        log_config=None,
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
     )
 
 
@@ -64,8 +70,13 @@ async def serve(settings: Settings) -> None:
     server = uvicorn.Server(uvicorn_config(app, sock))
     host, port = sock.getsockname()[:2]
     # Tools (and tests) read this line to learn the port when REACHSTORE_LISTEN ends in :0.
-    log.info("bridge listening on %s:%d (query=%s ingest=%s)", host, port,
-             settings.query_addr, settings.ingest_addr)
+    log.info(
+        "bridge listening on %s:%d (query=%s ingest=%s)",
+        host,
+        port,
+        settings.query_addr,
+        settings.ingest_addr,
+    )
     try:
         await server.serve(sockets=[sock])
     finally:

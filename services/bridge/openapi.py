@@ -133,8 +133,12 @@ def _parameters(route: Route, collector: _SchemaCollector) -> list[dict[str, Any
     for field in request.fields:
         if field.name in route.variables or field.cpp_type == _FD.CPPTYPE_MESSAGE:
             continue  # messages and maps cannot travel as query parameters
-        param: dict[str, Any] = {"name": field.name, "in": "query", "required": False,
-                                 "schema": collector.field(field)}
+        param: dict[str, Any] = {
+            "name": field.name,
+            "in": "query",
+            "required": False,
+            "schema": collector.field(field),
+        }
         if field.is_repeated:
             param["explode"] = True  # repeat the parameter once per value
         params.append(param)
@@ -192,14 +196,16 @@ def _operation_ids(routes: tuple[Route, ...]) -> list[str]:
 
 def _plain(operation_id: str, summary: str) -> dict[str, Any]:
     """A bridge-owned GET path (health, readiness, this document)."""
-    return {"get": {
-        "operationId": operation_id,
-        "summary": summary,
-        "responses": {
-            "200": {"description": summary},
-            "default": {"description": "Error.", "content": _json_content(_ref(ERROR_SCHEMA))},
-        },
-    }}
+    return {
+        "get": {
+            "operationId": operation_id,
+            "summary": summary,
+            "responses": {
+                "200": {"description": summary},
+                "default": {"description": "Error.", "content": _json_content(_ref(ERROR_SCHEMA))},
+            },
+        }
+    }
 
 
 def build_openapi(

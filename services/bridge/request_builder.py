@@ -52,9 +52,7 @@ def _apply_path(message: Message, body: dict[str, Any] | None, name: str, text: 
         raise errors.invalid(name, "a path variable must name a single scalar field")
     value = json_codec.scalar_from_text(field, text, name)
     if _body_value(body, name) is not None and getattr(holder, field.name) != value:
-        raise errors.invalid(
-            name, "the body sets a different value than the path", path_value=text
-        )
+        raise errors.invalid(name, "the body sets a different value than the path", path_value=text)
     setattr(holder, field.name, value)
 
 

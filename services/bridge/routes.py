@@ -74,7 +74,7 @@ def _compile(template: str) -> tuple[re.Pattern[str], tuple[str, ...], int]:
     names: list[str] = []
     position = 0
     for found in _VARIABLE.finditer(template):
-        parts.append(re.escape(template[position:found.start()]))
+        parts.append(re.escape(template[position : found.start()]))
         name, sub = found.group(1), found.group(2)
         if sub in (None, "*"):
             parts.append(f"(?P<v{len(names)}>[^/]+)")
@@ -165,4 +165,3 @@ class RouteTable:
             if route.http_method not in allowed:
                 allowed.append(route.http_method)
         return Match(None, {}, tuple(sorted(allowed)))
-

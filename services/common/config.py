@@ -23,10 +23,16 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
     ),
     "REACHSTORE_QUERY_ADDR": ("127.0.0.1:50051", "host:port of the query service."),
     "REACHSTORE_INGEST_ADDR": ("127.0.0.1:50052", "host:port of the ingest service."),
-    "REACHSTORE_METRICS_LISTEN": ("", "host:port for Prometheus metrics of this component; empty: off."),
+    "REACHSTORE_METRICS_LISTEN": (
+        "",
+        "host:port for Prometheus metrics of this component; empty: off.",
+    ),
     "REACHSTORE_EMBED_THREADS": ("1", "Math threads of the embedder in each process."),
     "REACHSTORE_QUERY_TIMEOUT_DEFAULT_MS": ("2000", "Per-namespace budget when a query sets none."),
-    "REACHSTORE_QUERY_TIMEOUT_CAP_MS": ("10000", "Largest per-namespace budget a query may ask for."),
+    "REACHSTORE_QUERY_TIMEOUT_CAP_MS": (
+        "10000",
+        "Largest per-namespace budget a query may ask for.",
+    ),
     "REACHSTORE_QUERY_MAX_NAMESPACES": ("32", "Most namespaces one query may name."),
     "REACHSTORE_INGEST_BATCH_CHUNKS": ("64", "Chunks the ingest worker embeds in one call."),
     "REACHSTORE_FAULT_NAMESPACE_DELAY_MS": (
@@ -95,8 +101,9 @@ class Settings:
     log_level: str
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, *,
-                 default_listen: str = "127.0.0.1:0") -> Settings:
+    def from_env(
+        cls, env: Mapping[str, str] | None = None, *, default_listen: str = "127.0.0.1:0"
+    ) -> Settings:
         """Reads and checks every setting; ``default_listen`` is the component's own port."""
         env = dict(os.environ if env is None else env)
         env.setdefault("REACHSTORE_LISTEN", default_listen)
@@ -109,7 +116,8 @@ class Settings:
         cap_ms = _int(env, "REACHSTORE_QUERY_TIMEOUT_CAP_MS", 1)
         if default_ms > cap_ms:
             raise ConfigError(
-                "REACHSTORE_QUERY_TIMEOUT_DEFAULT_MS must not exceed REACHSTORE_QUERY_TIMEOUT_CAP_MS"
+                "REACHSTORE_QUERY_TIMEOUT_DEFAULT_MS must not exceed "
+                "REACHSTORE_QUERY_TIMEOUT_CAP_MS"
             )
         return cls(
             data_dir=data_dir,
@@ -117,8 +125,9 @@ class Settings:
             listen=_address(env, "REACHSTORE_LISTEN"),
             query_addr=_address(env, "REACHSTORE_QUERY_ADDR"),
             ingest_addr=_address(env, "REACHSTORE_INGEST_ADDR"),
-            metrics_listen=_address(env, "REACHSTORE_METRICS_LISTEN") if env.get(
-                "REACHSTORE_METRICS_LISTEN") else "",
+            metrics_listen=_address(env, "REACHSTORE_METRICS_LISTEN")
+            if env.get("REACHSTORE_METRICS_LISTEN")
+            else "",
             embed_threads=_int(env, "REACHSTORE_EMBED_THREADS", 1),
             query_timeout_default_ms=default_ms,
             query_timeout_cap_ms=cap_ms,

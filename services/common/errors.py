@@ -101,98 +101,163 @@ _S = grpc.StatusCode
 
 # --- request shape -------------------------------------------------------------------
 INVALID_ARGUMENT = _entry(
-    "INVALID_ARGUMENT", _P, _S.INVALID_ARGUMENT,
-    "A field breaks its rule; structured_data names the field and the rule.")
+    "INVALID_ARGUMENT",
+    _P,
+    _S.INVALID_ARGUMENT,
+    "A field breaks its rule; structured_data names the field and the rule.",
+)
 DEPRECATED_FIELD = _entry(
-    "DEPRECATED_FIELD", _P, _S.INVALID_ARGUMENT,
-    "A deprecated field was set; structured_data.use_instead names its replacement.")
+    "DEPRECATED_FIELD",
+    _P,
+    _S.INVALID_ARGUMENT,
+    "A deprecated field was set; structured_data.use_instead names its replacement.",
+)
 MALFORMED_JSON = _entry(
-    "MALFORMED_JSON", _P, _S.INVALID_ARGUMENT,
-    "The HTTP body is not valid JSON, or not a JSON object.")
+    "MALFORMED_JSON",
+    _P,
+    _S.INVALID_ARGUMENT,
+    "The HTTP body is not valid JSON, or not a JSON object.",
+)
 UNSUPPORTED_MEDIA_TYPE = _entry(
-    "UNSUPPORTED_MEDIA_TYPE", _P, _S.INVALID_ARGUMENT,
-    "The HTTP body is not sent as application/json.", bridge_http_status=415)
+    "UNSUPPORTED_MEDIA_TYPE",
+    _P,
+    _S.INVALID_ARGUMENT,
+    "The HTTP body is not sent as application/json.",
+    bridge_http_status=415,
+)
 PAYLOAD_TOO_LARGE = _entry(
-    "PAYLOAD_TOO_LARGE", _P, _S.INVALID_ARGUMENT,
+    "PAYLOAD_TOO_LARGE",
+    _P,
+    _S.INVALID_ARGUMENT,
     "The request body is larger than the server accepts; structured_data has the limit.",
-    bridge_http_status=413)
+    bridge_http_status=413,
+)
 ROUTE_NOT_FOUND = _entry(
-    "ROUTE_NOT_FOUND", _P, _S.UNIMPLEMENTED,
-    "No API route matches this path.", bridge_http_status=404)
+    "ROUTE_NOT_FOUND",
+    _P,
+    _S.UNIMPLEMENTED,
+    "No API route matches this path.",
+    bridge_http_status=404,
+)
 METHOD_NOT_ALLOWED = _entry(
-    "METHOD_NOT_ALLOWED", _P, _S.UNIMPLEMENTED,
+    "METHOD_NOT_ALLOWED",
+    _P,
+    _S.UNIMPLEMENTED,
     "The route exists but not for this HTTP method; structured_data.allowed lists them.",
-    bridge_http_status=405)
+    bridge_http_status=405,
+)
 
 # --- batches ---------------------------------------------------------------------------
-BATCH_EMPTY = _entry(
-    "BATCH_EMPTY", _P, _S.INVALID_ARGUMENT,
-    "A batch holds no documents.")
+BATCH_EMPTY = _entry("BATCH_EMPTY", _P, _S.INVALID_ARGUMENT, "A batch holds no documents.")
 BATCH_TOO_LARGE = _entry(
-    "BATCH_TOO_LARGE", _Q, _S.INVALID_ARGUMENT,
+    "BATCH_TOO_LARGE",
+    _Q,
+    _S.INVALID_ARGUMENT,
     "A batch holds more documents or bytes than allowed; split it. structured_data has the "
-    "limit and the actual value. Not retryable as sent.")
+    "limit and the actual value. Not retryable as sent.",
+)
 DUPLICATE_DOCUMENT_IDS = _entry(
-    "DUPLICATE_DOCUMENT_IDS", _P, _S.INVALID_ARGUMENT,
-    "The same document id appears more than once in one batch.")
+    "DUPLICATE_DOCUMENT_IDS",
+    _P,
+    _S.INVALID_ARGUMENT,
+    "The same document id appears more than once in one batch.",
+)
 DOCUMENT_TOO_LARGE = _entry(
-    "DOCUMENT_TOO_LARGE", _P, _S.INVALID_ARGUMENT,
-    "A document's text is larger than allowed; structured_data has the limit and the size.")
+    "DOCUMENT_TOO_LARGE",
+    _P,
+    _S.INVALID_ARGUMENT,
+    "A document's text is larger than allowed; structured_data has the limit and the size.",
+)
 
 # --- namespaces, documents, tasks --------------------------------------------------------
 NAMESPACE_UNAVAILABLE = _entry(
-    "NAMESPACE_UNAVAILABLE", _P, _S.NOT_FOUND,
+    "NAMESPACE_UNAVAILABLE",
+    _P,
+    _S.NOT_FOUND,
     "The namespace does not exist or is not visible to the caller; the two cases are "
-    "deliberately indistinguishable.")
+    "deliberately indistinguishable.",
+)
 NAMESPACE_EXISTS = _entry(
-    "NAMESPACE_EXISTS", _P, _S.ALREADY_EXISTS,
-    "A namespace with this name already exists.")
+    "NAMESPACE_EXISTS", _P, _S.ALREADY_EXISTS, "A namespace with this name already exists."
+)
 TOO_MANY_NAMESPACES = _entry(
-    "TOO_MANY_NAMESPACES", _Q, _S.INVALID_ARGUMENT,
+    "TOO_MANY_NAMESPACES",
+    _Q,
+    _S.INVALID_ARGUMENT,
     "A query names more namespaces than allowed; structured_data has the cap and the count. "
-    "Not retryable as sent: split the query.")
+    "Not retryable as sent: split the query.",
+)
 DOCUMENT_NOT_FOUND = _entry(
-    "DOCUMENT_NOT_FOUND", _P, _S.NOT_FOUND,
-    "The document does not exist in this namespace.")
+    "DOCUMENT_NOT_FOUND", _P, _S.NOT_FOUND, "The document does not exist in this namespace."
+)
 DOCUMENT_EXISTS = _entry(
-    "DOCUMENT_EXISTS", _P, _S.ALREADY_EXISTS,
-    "A document with this id exists and on_duplicate is error.")
-TASK_NOT_FOUND = _entry(
-    "TASK_NOT_FOUND", _P, _S.NOT_FOUND,
-    "No task has this id.")
+    "DOCUMENT_EXISTS",
+    _P,
+    _S.ALREADY_EXISTS,
+    "A document with this id exists and on_duplicate is error.",
+)
+TASK_NOT_FOUND = _entry("TASK_NOT_FOUND", _P, _S.NOT_FOUND, "No task has this id.")
 EMBEDDING_MODEL_MISMATCH = _entry(
-    "EMBEDDING_MODEL_MISMATCH", _P, _S.FAILED_PRECONDITION,
+    "EMBEDDING_MODEL_MISMATCH",
+    _P,
+    _S.FAILED_PRECONDITION,
     "The namespace was built with another embedding model than the server runs; models "
-    "are never mixed in one namespace.")
+    "are never mixed in one namespace.",
+)
 
 # --- query-time, per namespace -----------------------------------------------------------
 NAMESPACE_TIMEOUT = _entry(
-    "NAMESPACE_TIMEOUT", _TO, _S.DEADLINE_EXCEEDED,
+    "NAMESPACE_TIMEOUT",
+    _TO,
+    _S.DEADLINE_EXCEEDED,
     "The namespace did not answer within its time budget; its work was cancelled.",
-    retry_after_ms=1000)
+    retry_after_ms=1000,
+)
 INDEX_REBUILDING = _entry(
-    "INDEX_REBUILDING", _T, _S.UNAVAILABLE,
+    "INDEX_REBUILDING",
+    _T,
+    _S.UNAVAILABLE,
     "The namespace's index is being rebuilt from the store; retry after the advised wait.",
-    retry_after_ms=2000)
+    retry_after_ms=2000,
+)
 INCOMPLETE_RESULT = _entry(
-    "INCOMPLETE_RESULT", _T, _S.UNAVAILABLE,
+    "INCOMPLETE_RESULT",
+    _T,
+    _S.UNAVAILABLE,
     "allow_partial was false and some namespaces did not answer, each for a retryable "
-    "reason; the per-namespace failures travel in the details.", retry_after_ms=1000)
+    "reason; the per-namespace failures travel in the details.",
+    retry_after_ms=1000,
+)
 INCOMPLETE_RESULT_PERMANENT = _entry(
-    "INCOMPLETE_RESULT_PERMANENT", _P, _S.FAILED_PRECONDITION,
+    "INCOMPLETE_RESULT_PERMANENT",
+    _P,
+    _S.FAILED_PRECONDITION,
     "allow_partial was false and at least one namespace cannot answer as asked (its failure "
-    "is not retryable); the per-namespace failures travel in the details.")
+    "is not retryable); the per-namespace failures travel in the details.",
+)
 
 # --- server side ---------------------------------------------------------------------------
 SERVICE_UNAVAILABLE = _entry(
-    "SERVICE_UNAVAILABLE", _T, _S.UNAVAILABLE,
-    "A reachstore service did not answer; retry after the advised wait.", retry_after_ms=1000)
+    "SERVICE_UNAVAILABLE",
+    _T,
+    _S.UNAVAILABLE,
+    "A reachstore service did not answer; retry after the advised wait.",
+    retry_after_ms=1000,
+)
 DEADLINE_EXCEEDED = _entry(
-    "DEADLINE_EXCEEDED", _TO, _S.DEADLINE_EXCEEDED,
-    "The whole request ran out of time.", retry_after_ms=1000)
+    "DEADLINE_EXCEEDED",
+    _TO,
+    _S.DEADLINE_EXCEEDED,
+    "The whole request ran out of time.",
+    retry_after_ms=1000,
+)
 INTERNAL = _entry(
-    "INTERNAL", _T, _S.INTERNAL,
-    "An unexpected server error; it was logged with the request id.", retry_after_ms=1000)
+    "INTERNAL",
+    _T,
+    _S.INTERNAL,
+    "An unexpected server error; it was logged with the request id.",
+    retry_after_ms=1000,
+)
 
 
 def catalogue() -> dict[str, ErrorSpec]:

@@ -37,7 +37,9 @@ async def abort_with(context: grpc.aio.ServicerContext, error: errors.Reachstore
     await context.abort_with_status(rpc_status.to_status(errors.to_rpc_status(error)))
 
 
-def _wrap_unary(behavior: Callable[..., Awaitable[Any]], method: str) -> Callable[..., Awaitable[Any]]:
+def _wrap_unary(
+    behavior: Callable[..., Awaitable[Any]], method: str
+) -> Callable[..., Awaitable[Any]]:
     async def handler(request: Any, context: grpc.aio.ServicerContext) -> Any:
         try:
             return await behavior(request, context)
@@ -94,7 +96,11 @@ def create_server(
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
-        [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
+        [
+            *names,
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            reflection.SERVICE_NAME,
+        ],
         server,
     )
     port = server.add_insecure_port(address)

@@ -50,7 +50,10 @@ def check_document_id(document_id: str, field: str) -> str:
 def check_metadata(metadata: dict[str, str], field: str) -> None:
     if len(metadata) > MAX_METADATA_KEYS:
         raise errors.invalid(
-            field, f"at most {MAX_METADATA_KEYS} keys", limit=MAX_METADATA_KEYS, actual=len(metadata)
+            field,
+            f"at most {MAX_METADATA_KEYS} keys",
+            limit=MAX_METADATA_KEYS,
+            actual=len(metadata),
         )
     for key, value in metadata.items():
         if not key or len(key) > MAX_METADATA_KEY_LEN:
@@ -68,5 +71,7 @@ def check_metadata(metadata: dict[str, str], field: str) -> None:
 
 def page_size(requested: int, field: str = "page_size") -> int:
     if requested < 0 or requested > MAX_PAGE_SIZE:
-        raise errors.invalid(field, f"must be between 1 and {MAX_PAGE_SIZE} (0 means {DEFAULT_PAGE_SIZE})")
+        raise errors.invalid(
+            field, f"must be between 1 and {MAX_PAGE_SIZE} (0 means {DEFAULT_PAGE_SIZE})"
+        )
     return requested or DEFAULT_PAGE_SIZE

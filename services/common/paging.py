@@ -22,7 +22,9 @@ def decode_token(token: str, field: str = "page_token") -> str | None:
         padded = token + "=" * (-len(token) % 4)
         value = json.loads(base64.urlsafe_b64decode(padded.encode()))["after"]
     except (binascii.Error, ValueError, KeyError, TypeError, UnicodeDecodeError):
-        raise errors.invalid(field, "must be a next_page_token returned by the previous page") from None
+        raise errors.invalid(
+            field, "must be a next_page_token returned by the previous page"
+        ) from None
     if not isinstance(value, str):
         raise errors.invalid(field, "must be a next_page_token returned by the previous page")
     return value

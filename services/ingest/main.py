@@ -37,13 +37,19 @@ def main() -> None:
         thread.join(timeout=30)
         engine.dispose()
 
-    asyncio.run(serve(
-        "ingest",
-        [lambda server: ingest_service_pb2_grpc.add_IngestServiceServicer_to_server(servicer, server)],
-        [SERVICE_NAME],
-        settings.listen,
-        on_stop=stop_worker,
-    ))
+    asyncio.run(
+        serve(
+            "ingest",
+            [
+                lambda server: ingest_service_pb2_grpc.add_IngestServiceServicer_to_server(
+                    servicer, server
+                )
+            ],
+            [SERVICE_NAME],
+            settings.listen,
+            on_stop=stop_worker,
+        )
+    )
 
 
 if __name__ == "__main__":

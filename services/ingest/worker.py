@@ -42,8 +42,14 @@ class _Work:
 
 
 class IngestWorker:
-    def __init__(self, store: SemanticStore, tasks: TaskStore, embedder: Embedder,
-                 batch_chunks: int, max_tasks_per_claim: int = 32) -> None:
+    def __init__(
+        self,
+        store: SemanticStore,
+        tasks: TaskStore,
+        embedder: Embedder,
+        batch_chunks: int,
+        max_tasks_per_claim: int = 32,
+    ) -> None:
         self._store = store
         self._tasks = tasks
         self._embedder = embedder
@@ -93,37 +99,56 @@ class IngestWorker:
         for item in work:
             self._commit(item)
 
-    def _fail(self, task: ClaimedTask, spec: errors.ErrorSpec, message: str,
-              data: dict[str, object]) -> None:
+    def _fail(
+        self, task: ClaimedTask, spec: errors.ErrorSpec, message: str, data: dict[str, object]
+    ) -> None:
         with self._store.begin() as session:
-            self._tasks.finish(session, task.task_id, states.FAILED, error_code=spec.code,
-                               error_message=message, error_data=data)
+            self._tasks.finish(
+                session,
+                task.task_id,
+                states.FAILED,
+                error_code=spec.code,
+                error_message=message,
+                error_data=data,
+            )
 
     def _precheck(self, task: ClaimedTask) -> bool:
         """Fails early what cannot succeed, before paying for embeddings."""
         with self._store.session() as session:
             namespace = self._store.namespace_in(session, task.tenant, task.namespace)
         if namespace is None:
-            self._fail(task, errors.NAMESPACE_UNAVAILABLE,
-                       f"namespace {task.namespace!r} is unavailable",
-                       {"namespace": task.namespace, "index_state": "unavailable"})
+            self._fail(
+                task,
+                errors.NAMESPACE_UNAVAILABLE,
+                f"namespace {task.namespace!r} is unavailable",
+                {"namespace": task.namespace, "index_state": "unavailable"},
+            )
             return False
         if namespace.embedding_model != self._embedder.model_id:
-            self._fail(task, errors.EMBEDDING_MODEL_MISMATCH,
-                       f"namespace {task.namespace!r} holds vectors of another model",
-                       {"namespace_model": namespace.embedding_model,
-                        "server_model": self._embedder.model_id})
+            self._fail(
+                task,
+                errors.EMBEDDING_MODEL_MISMATCH,
+                f"namespace {task.namespace!r} holds vectors of another model",
+                {
+                    "namespace_model": namespace.embedding_model,
+                    "server_model": self._embedder.model_id,
+                },
+            )
             return False
         return True
 
     def _embed(self, work: list[_Work]) -> None:
         texts = [c for w in work for c in w.chunks]
-        parts = [self._embedder.embed(texts[i:i + self._batch_chunks])
-                 for i in range(0, len(texts), self._batch_chunks)]
-        vectors = np.concatenate(parts) if parts else np.zeros((0, self._embedder.dimension), np.float32)
+        parts = [
+            self._embedder.embed(texts[i : i + self._batch_chunks])
+            for i in range(0, len(texts), self._batch_chunks)
+        ]
+        vectors = (
+            np.concatenate(parts) if parts else np.zeros((0, self._embedder.dimension), np.float32)
+        )
         start = 0
         for item in work:
-            item.vectors = vectors[start:start + len(item.chunks)]
+            item.vectors = vectors[start : start + len(item.chunks)]
             start += len(item.chunks)
 
     def _commit(self, item: _Work) -> None:
@@ -136,20 +161,40 @@ class IngestWorker:
             namespace = self._store.namespace_in(session, task.tenant, task.namespace)
             if namespace is None:  # deleted while the task ran
                 self._tasks.finish(
-                    session, task.task_id, states.FAILED, error_code=errors.NAMESPACE_UNAVAILABLE.code,
+                    session,
+                    task.task_id,
+                    states.FAILED,
+                    error_code=errors.NAMESPACE_UNAVAILABLE.code,
                     error_message=f"namespace {task.namespace!r} is unavailable",
-                    error_data={"namespace": task.namespace, "index_state": "unavailable"})
+                    error_data={"namespace": task.namespace, "index_state": "unavailable"},
+                )
                 return
-            exists = self._store.document_exists(session, task.tenant, namespace.id, task.document_id)
+            exists = self._store.document_exists(
+                session, task.tenant, namespace.id, task.document_id
+            )
             if exists and task.on_duplicate == "error":
                 self._tasks.finish(
-                    session, task.task_id, states.FAILED, error_code=errors.DOCUMENT_EXISTS.code,
+                    session,
+                    task.task_id,
+                    states.FAILED,
+                    error_code=errors.DOCUMENT_EXISTS.code,
                     error_message=f"document {task.document_id!r} already exists",
-                    error_data={"document_id": task.document_id, "on_duplicate": "error"})
+                    error_data={"document_id": task.document_id, "on_duplicate": "error"},
+                )
                 return
             if not (exists and task.on_duplicate == "skip"):
-                chunks = [ChunkData(text, sha256(text), vector.tobytes())
-                          for text, vector in zip(item.chunks, item.vectors, strict=True)]
-                self._store.commit_document(session, task.tenant, namespace.id, task.document_id,
-                                            task.text, task.metadata, sha256(task.text), chunks)
+                chunks = [
+                    ChunkData(text, sha256(text), vector.tobytes())
+                    for text, vector in zip(item.chunks, item.vectors, strict=True)
+                ]
+                self._store.commit_document(
+                    session,
+                    task.tenant,
+                    namespace.id,
+                    task.document_id,
+                    task.text,
+                    task.metadata,
+                    sha256(task.text),
+                    chunks,
+                )
             self._tasks.finish(session, task.task_id, states.COMPLETED)

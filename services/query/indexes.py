@@ -93,7 +93,9 @@ class IndexManager:
                 return slot
             slot = _Slot(tenant, info.id, info.name, info.dimension)
             self._slots[info.id] = slot
-        threading.Thread(target=self._load, args=(slot,), name=f"load-{info.id}", daemon=True).start()
+        threading.Thread(
+            target=self._load, args=(slot,), name=f"load-{info.id}", daemon=True
+        ).start()
         return slot
 
     def warm(self) -> None:
@@ -111,8 +113,12 @@ class IndexManager:
                     log.info("namespace %s: index loaded from snapshot at seq %d", slot.name, seq)
                     return
                 except SnapshotCorrupt as exc:
-                    log.warning("namespace %s: snapshot %s is corrupt (%s); rebuilding from the store",
-                                slot.name, path, exc)
+                    log.warning(
+                        "namespace %s: snapshot %s is corrupt (%s); rebuilding from the store",
+                        slot.name,
+                        path,
+                        exc,
+                    )
             self._rebuild(slot)
         except Exception:  # noqa: BLE001 - keep the slot answering "rebuilding", retry later
             log.exception("namespace %s: loading the index failed", slot.name)
@@ -128,11 +134,17 @@ class IndexManager:
         head = heads.get(slot.name)
         seq = head.change_seq if head is not None and head.id == slot.namespace_id else 0
         index = NamespaceIndex(slot.dimension)
-        for document_id, records in _by_document(self._store.chunks(slot.tenant, slot.namespace_id)).items():
+        for document_id, records in _by_document(
+            self._store.chunks(slot.tenant, slot.namespace_id)
+        ).items():
             index.upsert_document(document_id, records)
         self._install(slot, index, seq, dirty=True)
-        log.info("namespace %s: index rebuilt from the store (%d chunks, %.2fs)",
-                 slot.name, index.chunk_count, time.monotonic() - started)
+        log.info(
+            "namespace %s: index rebuilt from the store (%d chunks, %.2fs)",
+            slot.name,
+            index.chunk_count,
+            time.monotonic() - started,
+        )
 
     def _install(self, slot: _Slot, index: NamespaceIndex, seq: int, dirty: bool) -> None:
         with slot.lock:
@@ -149,12 +161,16 @@ class IndexManager:
         with slot.lock:
             if slot.seq >= head_seq or slot.index is None:
                 return
-            changed = self._store.changed_documents(slot.tenant, slot.namespace_id, slot.seq, head_seq)
+            changed = self._store.changed_documents(
+                slot.tenant, slot.namespace_id, slot.seq, head_seq
+            )
             cancel.check()
             if len(changed) > FULL_RELOAD_ABOVE:
                 fresh = _by_document(self._store.chunks(slot.tenant, slot.namespace_id))
             else:
-                fresh = _by_document(self._store.chunks(slot.tenant, slot.namespace_id, sorted(changed)))
+                fresh = _by_document(
+                    self._store.chunks(slot.tenant, slot.namespace_id, sorted(changed))
+                )
             for document_id in changed:
                 if document_id in fresh:
                     slot.index.upsert_document(document_id, fresh[document_id])
@@ -162,8 +178,15 @@ class IndexManager:
                     slot.index.remove_document(document_id)
             slot.seq, slot.dirty = head_seq, True
 
-    def search(self, slot: _Slot, query_vector: np.ndarray, query_text: str, top_k: int,
-               metadata_filter: dict[str, str] | None, cancel: CancelToken) -> list:
+    def search(
+        self,
+        slot: _Slot,
+        query_vector: np.ndarray,
+        query_text: str,
+        top_k: int,
+        metadata_filter: dict[str, str] | None,
+        cancel: CancelToken,
+    ) -> list:
         # No slot lock: NamespaceIndex lets searches run concurrently with each other and
         # with a catch-up (which holds slot.lock only to serialise writers).
         index = slot.index

@@ -56,7 +56,10 @@ async def _run(settings: Settings) -> None:
         metrics.serve(settings.metrics_listen)
     pool = concurrent.futures.ThreadPoolExecutor(SEARCH_THREADS, thread_name_prefix="search")
     servicer = QueryServicer(
-        store, indexes, embedder, pool,
+        store,
+        indexes,
+        embedder,
+        pool,
         default_timeout_ms=settings.query_timeout_default_ms,
         cap_timeout_ms=settings.query_timeout_cap_ms,
         max_namespaces=settings.query_max_namespaces,
@@ -73,7 +76,11 @@ async def _run(settings: Settings) -> None:
 
     await serve(
         "query",
-        [lambda server: query_service_pb2_grpc.add_QueryServiceServicer_to_server(servicer, server)],
+        [
+            lambda server: query_service_pb2_grpc.add_QueryServiceServicer_to_server(
+                servicer, server
+            )
+        ],
         [SERVICE_NAME],
         settings.listen,
         on_stop=on_stop,

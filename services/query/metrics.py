@@ -14,22 +14,32 @@ class QueryMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         self.queries = Counter(
-            "reachstore_queries_total", "Queries answered (including partial answers).",
-            registry=self.registry)
+            "reachstore_queries_total",
+            "Queries answered (including partial answers).",
+            registry=self.registry,
+        )
         self.partial = Counter(
             "reachstore_query_partial_answers_total",
-            "Queries answered with coverage below 1.", registry=self.registry)
+            "Queries answered with coverage below 1.",
+            registry=self.registry,
+        )
         self.coverage = Histogram(
-            "reachstore_query_coverage_ratio", "Coverage ratio of each answered query.",
-            buckets=(0.0, 0.25, 0.5, 0.75, 0.99, 1.0), registry=self.registry)
+            "reachstore_query_coverage_ratio",
+            "Coverage ratio of each answered query.",
+            buckets=(0.0, 0.25, 0.5, 0.75, 0.99, 1.0),
+            registry=self.registry,
+        )
         self.namespace_failures = Counter(
             "reachstore_query_namespace_failures_total",
             "Namespaces missing from answers, by category and error code.",
-            ["category", "error_code"], registry=self.registry)
+            ["category", "error_code"],
+            registry=self.registry,
+        )
         self.cancelled = Counter(
             "reachstore_query_searches_cancelled_total",
             "Namespace searches stopped because their time budget ran out.",
-            registry=self.registry)
+            registry=self.registry,
+        )
 
     def observe(self, coverage: float, failed: Sequence[pf_pb2.PartialFailure]) -> None:
         self.queries.inc()

@@ -45,8 +45,10 @@ class NamespaceRow(Base):
     replica knows its index is current when its seq equals this one."""
 
     __tablename__ = "namespaces"
-    __table_args__ = (UniqueConstraint("tenant", "name", name="uq_namespaces_tenant_name"),
-                      _NO_ID_REUSE)
+    __table_args__ = (
+        UniqueConstraint("tenant", "name", name="uq_namespaces_tenant_name"),
+        _NO_ID_REUSE,
+    )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     tenant: Mapped[str] = mapped_column(String(TENANT_LEN))

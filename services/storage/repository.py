@@ -67,8 +67,14 @@ class NamespaceExists(Exception):
 
 def _ns_info(row: NamespaceRow, documents: int = 0, chunks: int = 0) -> NamespaceInfo:
     return NamespaceInfo(
-        row.id, row.name, row.embedding_model, row.dimension, row.change_seq,
-        row.created_at, documents, chunks,
+        row.id,
+        row.name,
+        row.embedding_model,
+        row.dimension,
+        row.change_seq,
+        row.created_at,
+        documents,
+        chunks,
     )
 
 
@@ -81,8 +87,14 @@ class SemanticStore:
     # --- namespaces ---------------------------------------------------------------------
 
     def create_namespace(self, tenant: str, name: str, model: str, dimension: int) -> NamespaceInfo:
-        row = NamespaceRow(tenant=tenant, name=name, embedding_model=model, dimension=dimension,
-                           change_seq=0, created_at=utcnow())
+        row = NamespaceRow(
+            tenant=tenant,
+            name=name,
+            embedding_model=model,
+            dimension=dimension,
+            change_seq=0,
+            created_at=utcnow(),
+        )
         try:
             with self._sessions.begin() as session:
                 session.add(row)
@@ -93,20 +105,29 @@ class SemanticStore:
     def _counts(self, session: Session, namespace_ids: Sequence[int]) -> dict[int, tuple[int, int]]:
         if not namespace_ids:
             return {}
-        docs = dict(session.execute(
-            select(DocumentRow.namespace_id, func.count())
-            .where(DocumentRow.namespace_id.in_(namespace_ids))
-            .group_by(DocumentRow.namespace_id)).all())
-        chunks = dict(session.execute(
-            select(DocumentRow.namespace_id, func.coalesce(func.sum(DocumentRow.chunk_count), 0))
-            .where(DocumentRow.namespace_id.in_(namespace_ids))
-            .group_by(DocumentRow.namespace_id)).all())
+        docs = dict(
+            session.execute(
+                select(DocumentRow.namespace_id, func.count())
+                .where(DocumentRow.namespace_id.in_(namespace_ids))
+                .group_by(DocumentRow.namespace_id)
+            ).all()
+        )
+        chunks = dict(
+            session.execute(
+                select(
+                    DocumentRow.namespace_id, func.coalesce(func.sum(DocumentRow.chunk_count), 0)
+                )
+                .where(DocumentRow.namespace_id.in_(namespace_ids))
+                .group_by(DocumentRow.namespace_id)
+            ).all()
+        )
         return {i: (int(docs.get(i, 0)), int(chunks.get(i, 0))) for i in namespace_ids}
 
     def get_namespace(self, tenant: str, name: str) -> NamespaceInfo | None:
         with self._sessions() as session:
-            row = session.scalar(select(NamespaceRow).where(
-                NamespaceRow.tenant == tenant, NamespaceRow.name == name))
+            row = session.scalar(
+                select(NamespaceRow).where(NamespaceRow.tenant == tenant, NamespaceRow.name == name)
+            )
             if row is None:
                 return None
             documents, chunks = self._counts(session, [row.id])[row.id]
@@ -123,14 +144,22 @@ class SemanticStore:
 
     def namespace_names(self, tenant: str) -> list[str]:
         with self._sessions() as session:
-            return list(session.scalars(select(NamespaceRow.name).where(
-                NamespaceRow.tenant == tenant).order_by(NamespaceRow.name)))
+            return list(
+                session.scalars(
+                    select(NamespaceRow.name)
+                    .where(NamespaceRow.tenant == tenant)
+                    .order_by(NamespaceRow.name)
+                )
+            )
 
     def namespace_heads(self, tenant: str, names: Sequence[str]) -> dict[str, NamespaceInfo]:
         """The current row of each named namespace that exists (no counts: one cheap read)."""
         with self._sessions() as session:
-            rows = session.scalars(select(NamespaceRow).where(
-                NamespaceRow.tenant == tenant, NamespaceRow.name.in_(list(names)))).all()
+            rows = session.scalars(
+                select(NamespaceRow).where(
+                    NamespaceRow.tenant == tenant, NamespaceRow.name.in_(list(names))
+                )
+            ).all()
             return {r.name: _ns_info(r) for r in rows}
 
     def all_namespaces(self) -> list[tuple[str, NamespaceInfo]]:
@@ -140,15 +169,17 @@ class SemanticStore:
 
     def delete_namespace(self, tenant: str, name: str) -> bool:
         with self._sessions.begin() as session:
-            row = session.scalar(select(NamespaceRow).where(
-                NamespaceRow.tenant == tenant, NamespaceRow.name == name))
+            row = session.scalar(
+                select(NamespaceRow).where(NamespaceRow.tenant == tenant, NamespaceRow.name == name)
+            )
             if row is None:
                 return False
             # Children first, explicitly: SQLite only cascades with foreign_keys=ON, and
             # explicit deletes keep both engines doing the same thing.
             for model in (ChunkRow, ChangeRow, DocumentRow):
-                session.execute(delete(model).where(
-                    model.tenant == tenant, model.namespace_id == row.id))
+                session.execute(
+                    delete(model).where(model.tenant == tenant, model.namespace_id == row.id)
+                )
             session.delete(row)
             return True
 
@@ -157,38 +188,68 @@ class SemanticStore:
     def get_document(self, tenant: str, namespace: str, document_id: str) -> DocumentInfo | None:
         with self._sessions() as session:
             row = session.scalar(
-                select(DocumentRow).join(NamespaceRow, NamespaceRow.id == DocumentRow.namespace_id)
-                .where(DocumentRow.tenant == tenant, NamespaceRow.name == namespace,
-                       DocumentRow.document_id == document_id))
+                select(DocumentRow)
+                .join(NamespaceRow, NamespaceRow.id == DocumentRow.namespace_id)
+                .where(
+                    DocumentRow.tenant == tenant,
+                    NamespaceRow.name == namespace,
+                    DocumentRow.document_id == document_id,
+                )
+            )
             if row is None:
                 return None
-            return DocumentInfo(namespace, row.document_id, row.text, json.loads(row.metadata_json),
-                                row.chunk_count, row.content_sha256, row.updated_at)
+            return DocumentInfo(
+                namespace,
+                row.document_id,
+                row.text,
+                json.loads(row.metadata_json),
+                row.chunk_count,
+                row.content_sha256,
+                row.updated_at,
+            )
 
-    def list_documents(self, tenant: str, namespace_id: int, namespace: str, limit: int,
-                       after: str | None) -> list[DocumentInfo]:
+    def list_documents(
+        self, tenant: str, namespace_id: int, namespace: str, limit: int, after: str | None
+    ) -> list[DocumentInfo]:
         with self._sessions() as session:
-            stmt = select(DocumentRow.document_id, DocumentRow.metadata_json, DocumentRow.chunk_count,
-                          DocumentRow.content_sha256, DocumentRow.updated_at).where(
-                DocumentRow.tenant == tenant, DocumentRow.namespace_id == namespace_id)
+            stmt = select(
+                DocumentRow.document_id,
+                DocumentRow.metadata_json,
+                DocumentRow.chunk_count,
+                DocumentRow.content_sha256,
+                DocumentRow.updated_at,
+            ).where(DocumentRow.tenant == tenant, DocumentRow.namespace_id == namespace_id)
             if after is not None:
                 stmt = stmt.where(DocumentRow.document_id > after)
             rows = session.execute(stmt.order_by(DocumentRow.document_id).limit(limit)).all()
-            return [DocumentInfo(namespace, r[0], "", json.loads(r[1]), r[2], r[3], r[4]) for r in rows]
+            return [
+                DocumentInfo(namespace, r[0], "", json.loads(r[1]), r[2], r[3], r[4]) for r in rows
+            ]
 
     def existing_document_ids(self, tenant: str, namespace_id: int, ids: Sequence[str]) -> set[str]:
         with self._sessions() as session:
-            return set(session.scalars(select(DocumentRow.document_id).where(
-                DocumentRow.tenant == tenant, DocumentRow.namespace_id == namespace_id,
-                DocumentRow.document_id.in_(list(ids)))))
+            return set(
+                session.scalars(
+                    select(DocumentRow.document_id).where(
+                        DocumentRow.tenant == tenant,
+                        DocumentRow.namespace_id == namespace_id,
+                        DocumentRow.document_id.in_(list(ids)),
+                    )
+                )
+            )
 
     def _bump_seq(self, session: Session, tenant: str, namespace_id: int) -> int | None:
         """Takes the namespace's next change seq; the UPDATE also serialises writers."""
-        session.execute(update(NamespaceRow).where(
-            NamespaceRow.tenant == tenant, NamespaceRow.id == namespace_id
-        ).values(change_seq=NamespaceRow.change_seq + 1))
-        return session.scalar(select(NamespaceRow.change_seq).where(
-            NamespaceRow.tenant == tenant, NamespaceRow.id == namespace_id))
+        session.execute(
+            update(NamespaceRow)
+            .where(NamespaceRow.tenant == tenant, NamespaceRow.id == namespace_id)
+            .values(change_seq=NamespaceRow.change_seq + 1)
+        )
+        return session.scalar(
+            select(NamespaceRow.change_seq).where(
+                NamespaceRow.tenant == tenant, NamespaceRow.id == namespace_id
+            )
+        )
 
     def commit_document(
         self,
@@ -204,16 +265,23 @@ class SemanticStore:
         """Makes a document version searchable, inside the caller's transaction: replaces
         the document and its chunks and records the change, all or nothing."""
         seq = self._bump_seq(session, tenant, namespace_id)
-        doc = session.scalar(select(DocumentRow).where(
-            DocumentRow.tenant == tenant, DocumentRow.namespace_id == namespace_id,
-            DocumentRow.document_id == document_id))
+        doc = session.scalar(
+            select(DocumentRow).where(
+                DocumentRow.tenant == tenant,
+                DocumentRow.namespace_id == namespace_id,
+                DocumentRow.document_id == document_id,
+            )
+        )
         now = utcnow()
         if doc is None:
             doc = DocumentRow(tenant=tenant, namespace_id=namespace_id, document_id=document_id)
             session.add(doc)
         else:
-            session.execute(delete(ChunkRow).where(
-                ChunkRow.tenant == tenant, ChunkRow.document_row_id == doc.id))
+            session.execute(
+                delete(ChunkRow).where(
+                    ChunkRow.tenant == tenant, ChunkRow.document_row_id == doc.id
+                )
+            )
         doc.text = text
         doc.metadata_json = json.dumps(metadata, ensure_ascii=False, sort_keys=True)
         doc.content_sha256 = content_sha256
@@ -221,60 +289,124 @@ class SemanticStore:
         doc.chunk_count = len(chunks)
         doc.updated_at = now
         session.flush()
-        session.add_all(ChunkRow(
-            tenant=tenant, namespace_id=namespace_id, document_row_id=doc.id,
-            document_id=document_id, chunk_index=i, text=c.text, content_hash=c.content_hash,
-            embedding=c.embedding) for i, c in enumerate(chunks))
-        session.add(ChangeRow(tenant=tenant, namespace_id=namespace_id, seq=seq,
-                              document_id=document_id, kind="upsert"))
+        session.add_all(
+            ChunkRow(
+                tenant=tenant,
+                namespace_id=namespace_id,
+                document_row_id=doc.id,
+                document_id=document_id,
+                chunk_index=i,
+                text=c.text,
+                content_hash=c.content_hash,
+                embedding=c.embedding,
+            )
+            for i, c in enumerate(chunks)
+        )
+        session.add(
+            ChangeRow(
+                tenant=tenant,
+                namespace_id=namespace_id,
+                seq=seq,
+                document_id=document_id,
+                kind="upsert",
+            )
+        )
 
     def namespace_in(self, session: Session, tenant: str, name: str) -> NamespaceInfo | None:
         """The namespace row, read inside the caller's transaction."""
-        row = session.scalar(select(NamespaceRow).where(
-            NamespaceRow.tenant == tenant, NamespaceRow.name == name))
+        row = session.scalar(
+            select(NamespaceRow).where(NamespaceRow.tenant == tenant, NamespaceRow.name == name)
+        )
         return None if row is None else _ns_info(row)
 
-    def document_exists(self, session: Session, tenant: str, namespace_id: int, document_id: str) -> bool:
-        return session.scalar(select(func.count()).select_from(DocumentRow).where(
-            DocumentRow.tenant == tenant, DocumentRow.namespace_id == namespace_id,
-            DocumentRow.document_id == document_id)) > 0
+    def document_exists(
+        self, session: Session, tenant: str, namespace_id: int, document_id: str
+    ) -> bool:
+        return (
+            session.scalar(
+                select(func.count())
+                .select_from(DocumentRow)
+                .where(
+                    DocumentRow.tenant == tenant,
+                    DocumentRow.namespace_id == namespace_id,
+                    DocumentRow.document_id == document_id,
+                )
+            )
+            > 0
+        )
 
     def delete_document(self, tenant: str, namespace_id: int, document_id: str) -> bool:
         with self._sessions.begin() as session:
-            doc = session.scalar(select(DocumentRow).where(
-                DocumentRow.tenant == tenant, DocumentRow.namespace_id == namespace_id,
-                DocumentRow.document_id == document_id))
+            doc = session.scalar(
+                select(DocumentRow).where(
+                    DocumentRow.tenant == tenant,
+                    DocumentRow.namespace_id == namespace_id,
+                    DocumentRow.document_id == document_id,
+                )
+            )
             if doc is None:
                 return False
             seq = self._bump_seq(session, tenant, namespace_id)
-            session.execute(delete(ChunkRow).where(
-                ChunkRow.tenant == tenant, ChunkRow.document_row_id == doc.id))
+            session.execute(
+                delete(ChunkRow).where(
+                    ChunkRow.tenant == tenant, ChunkRow.document_row_id == doc.id
+                )
+            )
             session.delete(doc)
-            session.add(ChangeRow(tenant=tenant, namespace_id=namespace_id, seq=seq,
-                                  document_id=document_id, kind="delete"))
+            session.add(
+                ChangeRow(
+                    tenant=tenant,
+                    namespace_id=namespace_id,
+                    seq=seq,
+                    document_id=document_id,
+                    kind="delete",
+                )
+            )
             return True
 
     # --- what a query replica replays ------------------------------------------------------
 
-    def changed_documents(self, tenant: str, namespace_id: int, after_seq: int,
-                          upto_seq: int) -> set[str]:
+    def changed_documents(
+        self, tenant: str, namespace_id: int, after_seq: int, upto_seq: int
+    ) -> set[str]:
         with self._sessions() as session:
-            return set(session.scalars(select(ChangeRow.document_id).where(
-                ChangeRow.tenant == tenant, ChangeRow.namespace_id == namespace_id,
-                ChangeRow.seq > after_seq, ChangeRow.seq <= upto_seq).distinct()))
+            return set(
+                session.scalars(
+                    select(ChangeRow.document_id)
+                    .where(
+                        ChangeRow.tenant == tenant,
+                        ChangeRow.namespace_id == namespace_id,
+                        ChangeRow.seq > after_seq,
+                        ChangeRow.seq <= upto_seq,
+                    )
+                    .distinct()
+                )
+            )
 
-    def chunks(self, tenant: str, namespace_id: int,
-               document_ids: Sequence[str] | None = None) -> Iterator[StoredChunk]:
+    def chunks(
+        self, tenant: str, namespace_id: int, document_ids: Sequence[str] | None = None
+    ) -> Iterator[StoredChunk]:
         """Current chunks of a namespace (or of some of its documents), with metadata."""
         with self._sessions() as session:
-            stmt = select(ChunkRow.id, ChunkRow.document_id, ChunkRow.chunk_index, ChunkRow.text,
-                          ChunkRow.content_hash, ChunkRow.embedding, DocumentRow.metadata_json).join(
-                DocumentRow, DocumentRow.id == ChunkRow.document_row_id).where(
-                ChunkRow.tenant == tenant, ChunkRow.namespace_id == namespace_id)
+            stmt = (
+                select(
+                    ChunkRow.id,
+                    ChunkRow.document_id,
+                    ChunkRow.chunk_index,
+                    ChunkRow.text,
+                    ChunkRow.content_hash,
+                    ChunkRow.embedding,
+                    DocumentRow.metadata_json,
+                )
+                .join(DocumentRow, DocumentRow.id == ChunkRow.document_row_id)
+                .where(ChunkRow.tenant == tenant, ChunkRow.namespace_id == namespace_id)
+            )
             if document_ids is not None:
                 stmt = stmt.where(ChunkRow.document_id.in_(list(document_ids)))
             metadata_cache: dict[str, dict[str, str]] = {}
-            for row in session.execute(stmt.order_by(ChunkRow.id).execution_options(yield_per=1000)):
+            for row in session.execute(
+                stmt.order_by(ChunkRow.id).execution_options(yield_per=1000)
+            ):
                 metadata = metadata_cache.get(row[6])
                 if metadata is None:
                     metadata = metadata_cache.setdefault(row[6], json.loads(row[6]))

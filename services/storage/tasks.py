@@ -15,7 +15,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from services.storage.models import TaskRow, utcnow
 
 QUEUED, PROCESSING, COMPLETED, FAILED, CANCELLING, CANCELLED = (
-    "queued", "processing", "completed", "failed", "cancelling", "cancelled")
+    "queued",
+    "processing",
+    "completed",
+    "failed",
+    "cancelling",
+    "cancelled",
+)
 FINISHED = (COMPLETED, FAILED, CANCELLED)
 
 
@@ -58,9 +64,20 @@ class ClaimedTask:
 
 
 def _info(row: TaskRow) -> TaskInfo:
-    return TaskInfo(row.task_id, row.tenant, row.namespace, row.document_id, row.state, row.phase,
-                    row.percent, row.error_code, row.error_message, json.loads(row.error_data_json),
-                    row.created_at, row.updated_at)
+    return TaskInfo(
+        row.task_id,
+        row.tenant,
+        row.namespace,
+        row.document_id,
+        row.state,
+        row.phase,
+        row.percent,
+        row.error_code,
+        row.error_message,
+        json.loads(row.error_data_json),
+        row.created_at,
+        row.updated_at,
+    )
 
 
 def new_task_id() -> str:
@@ -74,61 +91,113 @@ class TaskStore:
     def enqueue(self, tenant: str, tasks: Sequence[NewTask]) -> list[TaskInfo]:
         """Stores tasks as queued, all in one transaction; returns them in order."""
         now = utcnow()
-        rows = [TaskRow(task_id=new_task_id(), tenant=tenant, namespace=t.namespace,
-                        document_id=t.document_id, text=t.text,
-                        metadata_json=json.dumps(t.metadata, ensure_ascii=False),
-                        on_duplicate=t.on_duplicate, state=QUEUED, phase="", percent=0,
-                        error_code="", error_message="", error_data_json="{}",
-                        created_at=now, updated_at=now) for t in tasks]
+        rows = [
+            TaskRow(
+                task_id=new_task_id(),
+                tenant=tenant,
+                namespace=t.namespace,
+                document_id=t.document_id,
+                text=t.text,
+                metadata_json=json.dumps(t.metadata, ensure_ascii=False),
+                on_duplicate=t.on_duplicate,
+                state=QUEUED,
+                phase="",
+                percent=0,
+                error_code="",
+                error_message="",
+                error_data_json="{}",
+                created_at=now,
+                updated_at=now,
+            )
+            for t in tasks
+        ]
         with self._sessions.begin() as session:
             session.add_all(rows)
         return [_info(r) for r in rows]
 
     def get(self, tenant: str, task_id: str) -> TaskInfo | None:
         with self._sessions() as session:
-            row = session.scalar(select(TaskRow).where(
-                TaskRow.tenant == tenant, TaskRow.task_id == task_id))
+            row = session.scalar(
+                select(TaskRow).where(TaskRow.tenant == tenant, TaskRow.task_id == task_id)
+            )
             return None if row is None else _info(row)
 
     def claim(self, limit: int) -> list[ClaimedTask]:
         """Moves up to ``limit`` queued tasks, oldest first, to processing."""
         with self._sessions.begin() as session:
             rows = session.scalars(
-                select(TaskRow).where(TaskRow.state == QUEUED)
-                .order_by(TaskRow.created_at, TaskRow.task_id).limit(limit)
-                .with_for_update(skip_locked=True)).all()
+                select(TaskRow)
+                .where(TaskRow.state == QUEUED)
+                .order_by(TaskRow.created_at, TaskRow.task_id)
+                .limit(limit)
+                .with_for_update(skip_locked=True)
+            ).all()
             now = utcnow()
             for row in rows:
                 row.state, row.phase, row.percent, row.updated_at = PROCESSING, "chunking", 10, now
-            return [ClaimedTask(r.task_id, r.tenant, r.namespace, r.document_id, r.text or "",
-                                json.loads(r.metadata_json), r.on_duplicate) for r in rows]
+            return [
+                ClaimedTask(
+                    r.task_id,
+                    r.tenant,
+                    r.namespace,
+                    r.document_id,
+                    r.text or "",
+                    json.loads(r.metadata_json),
+                    r.on_duplicate,
+                )
+                for r in rows
+            ]
 
     def set_phase(self, task_ids: Sequence[str], phase: str, percent: int) -> None:
         with self._sessions.begin() as session:
-            session.execute(update(TaskRow).where(
-                TaskRow.task_id.in_(list(task_ids)), TaskRow.state == PROCESSING
-            ).values(phase=phase, percent=percent, updated_at=utcnow()))
+            session.execute(
+                update(TaskRow)
+                .where(TaskRow.task_id.in_(list(task_ids)), TaskRow.state == PROCESSING)
+                .values(phase=phase, percent=percent, updated_at=utcnow())
+            )
 
     def cancel_requested(self, session: Session, task_id: str) -> bool:
         """True when a cancel arrived for a task this worker holds (read in its transaction)."""
-        state = session.scalar(select(TaskRow.state).where(TaskRow.task_id == task_id).with_for_update())
+        state = session.scalar(
+            select(TaskRow.state).where(TaskRow.task_id == task_id).with_for_update()
+        )
         return state == CANCELLING
 
-    def finish(self, session: Session, task_id: str, state: str, *, error_code: str = "",
-               error_message: str = "", error_data: dict[str, Any] | None = None) -> None:
+    def finish(
+        self,
+        session: Session,
+        task_id: str,
+        state: str,
+        *,
+        error_code: str = "",
+        error_message: str = "",
+        error_data: dict[str, Any] | None = None,
+    ) -> None:
         """Final state, in the caller's transaction. The submitted text is dropped once the
         document is stored (or will never be), so tasks do not keep a second copy of it."""
-        session.execute(update(TaskRow).where(TaskRow.task_id == task_id).values(
-            state=state, phase="", percent=100 if state == COMPLETED else 0,
-            error_code=error_code, error_message=error_message,
-            error_data_json=json.dumps(error_data or {}, ensure_ascii=False),
-            text=None, updated_at=utcnow()))
+        session.execute(
+            update(TaskRow)
+            .where(TaskRow.task_id == task_id)
+            .values(
+                state=state,
+                phase="",
+                percent=100 if state == COMPLETED else 0,
+                error_code=error_code,
+                error_message=error_message,
+                error_data_json=json.dumps(error_data or {}, ensure_ascii=False),
+                text=None,
+                updated_at=utcnow(),
+            )
+        )
 
     def request_cancel(self, tenant: str, task_id: str) -> TaskInfo | None:
         """Queued -> cancelled at once; processing -> cancelling; finished: unchanged."""
         with self._sessions.begin() as session:
-            row = session.scalar(select(TaskRow).where(
-                TaskRow.tenant == tenant, TaskRow.task_id == task_id).with_for_update())
+            row = session.scalar(
+                select(TaskRow)
+                .where(TaskRow.tenant == tenant, TaskRow.task_id == task_id)
+                .with_for_update()
+            )
             if row is None:
                 return None
             if row.state == QUEUED:
@@ -142,13 +211,20 @@ class TaskStore:
         start, which is safe because committing a document is one transaction), and cancels
         that were pending take effect. Returns how many tasks were re-queued."""
         with self._sessions.begin() as session:
-            requeued = session.execute(update(TaskRow).where(TaskRow.state == PROCESSING).values(
-                state=QUEUED, phase="", percent=0, updated_at=utcnow())).rowcount
-            session.execute(update(TaskRow).where(TaskRow.state == CANCELLING).values(
-                state=CANCELLED, phase="", text=None, updated_at=utcnow()))
+            requeued = session.execute(
+                update(TaskRow)
+                .where(TaskRow.state == PROCESSING)
+                .values(state=QUEUED, phase="", percent=0, updated_at=utcnow())
+            ).rowcount
+            session.execute(
+                update(TaskRow)
+                .where(TaskRow.state == CANCELLING)
+                .values(state=CANCELLED, phase="", text=None, updated_at=utcnow())
+            )
             return requeued
 
     def delete_for_namespace(self, tenant: str, namespace: str) -> None:
         with self._sessions.begin() as session:
-            session.execute(delete(TaskRow).where(
-                TaskRow.tenant == tenant, TaskRow.namespace == namespace))
+            session.execute(
+                delete(TaskRow).where(TaskRow.tenant == tenant, TaskRow.namespace == namespace)
+            )

@@ -84,8 +84,13 @@ class FakeQuery(query_grpc.QueryServiceServicer):
                 errors.INCOMPLETE_RESULT,
                 "1 of 2 namespaces did not answer and allow_partial is false",
                 structured_data={"namespaces_failed": 1},
-                details=[errors.make_failure(errors.NAMESPACE_TIMEOUT, namespace="slow",
-                                             structured_data={"timeout_ms": 2000})],
+                details=[
+                    errors.make_failure(
+                        errors.NAMESPACE_TIMEOUT,
+                        namespace="slow",
+                        structured_data={"timeout_ms": 2000},
+                    )
+                ],
             )
         if request.query == "hang":
             await asyncio.Event().wait()  # never set: the caller's deadline ends the call
@@ -94,27 +99,41 @@ class FakeQuery(query_grpc.QueryServiceServicer):
         if request.query == "crash":
             raise RuntimeError("servicer bug")
         failed = [
-            errors.make_failure(errors.NAMESPACE_UNAVAILABLE, namespace=name,
-                                structured_data={"namespace": name})
-            for name in request.namespaces if name == "nope"
+            errors.make_failure(
+                errors.NAMESPACE_UNAVAILABLE, namespace=name, structured_data={"namespace": name}
+            )
+            for name in request.namespaces
+            if name == "nope"
         ]
         ok = [name for name in request.namespaces if name != "nope"]
         results = [
-            query_pb2.QueryResult(namespace=name, document_id="doc-1", chunk_index=0,
-                                  text="hello", score=0.75, metadata={"lang": "en"})
+            query_pb2.QueryResult(
+                namespace=name,
+                document_id="doc-1",
+                chunk_index=0,
+                text="hello",
+                score=0.75,
+                metadata={"lang": "en"},
+            )
             for name in ok
         ]
         meta = query_pb2.QueryMeta(
             coverage_ratio=len(ok) / len(request.namespaces) if request.namespaces else 0.0,
-            namespaces_queried=list(request.namespaces), namespaces_succeeded=ok,
+            namespaces_queried=list(request.namespaces),
+            namespaces_succeeded=ok,
             namespaces_failed=failed,
         )
         return query_pb2.QueryResponse(results=results, meta=meta)
 
     async def GetDocument(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         self.recorder.record("GetDocument", request, context)
-        document = query_pb2.Document(namespace=request.namespace, document_id=request.document_id,
-                                      text="body", metadata={"k": "v"}, chunk_count=1)
+        document = query_pb2.Document(
+            namespace=request.namespace,
+            document_id=request.document_id,
+            text="body",
+            metadata={"k": "v"},
+            chunk_count=1,
+        )
         return query_pb2.GetDocumentResponse(document=document)
 
     async def ListDocuments(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -123,8 +142,13 @@ class FakeQuery(query_grpc.QueryServiceServicer):
 
 
 def _task(task_id: str, **fields: Any) -> Any:
-    return ingest_pb2.Task(task_id=task_id, namespace="demo", document_id="doc-1",
-                           created_at="2024-01-01T00:00:00Z", **fields)
+    return ingest_pb2.Task(
+        task_id=task_id,
+        namespace="demo",
+        document_id="doc-1",
+        created_at="2024-01-01T00:00:00Z",
+        **fields,
+    )
 
 
 class FakeIngest(ingest_grpc.IngestServiceServicer):
@@ -134,40 +158,53 @@ class FakeIngest(ingest_grpc.IngestServiceServicer):
     async def CreateNamespace(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         self.recorder.record("CreateNamespace", request, context)
         if request.name == "busy":
-            raise errors.ReachstoreError(errors.SERVICE_UNAVAILABLE, "store is busy",
-                                         retry_after_ms=2500)
+            raise errors.ReachstoreError(
+                errors.SERVICE_UNAVAILABLE, "store is busy", retry_after_ms=2500
+            )
         if request.name == "exists":
-            raise errors.ReachstoreError(errors.NAMESPACE_EXISTS,
-                                         structured_data={"name": "exists"})
-        namespace = ingest_pb2.Namespace(name=request.name, embedding_model="m", dimension=512,
-                                         document_count=2**40)
+            raise errors.ReachstoreError(
+                errors.NAMESPACE_EXISTS, structured_data={"name": "exists"}
+            )
+        namespace = ingest_pb2.Namespace(
+            name=request.name, embedding_model="m", dimension=512, document_count=2**40
+        )
         return ingest_pb2.CreateNamespaceResponse(namespace=namespace)
 
     async def CreateDocument(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         self.recorder.record("CreateDocument", request, context)
-        task = _task("task-1", state=ingest_pb2.TASK_STATE_QUEUED,
-                     agent_decision_hint=ingest_pb2.AGENT_DECISION_HINT_POLL_AGAIN,
-                     poll_after_ms=500)
+        task = _task(
+            "task-1",
+            state=ingest_pb2.TASK_STATE_QUEUED,
+            agent_decision_hint=ingest_pb2.AGENT_DECISION_HINT_POLL_AGAIN,
+            poll_after_ms=500,
+        )
         return ingest_pb2.CreateDocumentResponse(task=task)
 
     async def BatchCreateDocuments(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         self.recorder.record("BatchCreateDocuments", request, context)
         return ingest_pb2.BatchCreateDocumentsResponse(
-            meta=ingest_pb2.BatchMeta(coverage_ratio=1.0))
+            meta=ingest_pb2.BatchMeta(coverage_ratio=1.0)
+        )
 
     async def GetTask(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         self.recorder.record("GetTask", request, context)
         if request.task_id == "missing":
-            raise errors.ReachstoreError(errors.TASK_NOT_FOUND,
-                                         structured_data={"task_id": "missing"})
-        task = _task(request.task_id, state=ingest_pb2.TASK_STATE_COMPLETED, percent=100,
-                     agent_decision_hint=ingest_pb2.AGENT_DECISION_HINT_DONE_FETCH_DOC)
+            raise errors.ReachstoreError(
+                errors.TASK_NOT_FOUND, structured_data={"task_id": "missing"}
+            )
+        task = _task(
+            request.task_id,
+            state=ingest_pb2.TASK_STATE_COMPLETED,
+            percent=100,
+            agent_decision_hint=ingest_pb2.AGENT_DECISION_HINT_DONE_FETCH_DOC,
+        )
         return ingest_pb2.GetTaskResponse(task=task)
 
     async def CancelTask(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         self.recorder.record("CancelTask", request, context)
-        return ingest_pb2.CancelTaskResponse(task=_task(request.task_id,
-                                                        state=ingest_pb2.TASK_STATE_CANCELLED))
+        return ingest_pb2.CancelTaskResponse(
+            task=_task(request.task_id, state=ingest_pb2.TASK_STATE_CANCELLED)
+        )
 
 
 # --- servers ----------------------------------------------------------------------------
@@ -181,9 +218,13 @@ class Backend:
     recorder: Recorder
 
     def settings(self) -> Settings:
-        return Settings.from_env({"REACHSTORE_QUERY_ADDR": self.address,
-                                  "REACHSTORE_INGEST_ADDR": self.address,
-                                  "REACHSTORE_LISTEN": "127.0.0.1:0"})
+        return Settings.from_env(
+            {
+                "REACHSTORE_QUERY_ADDR": self.address,
+                "REACHSTORE_INGEST_ADDR": self.address,
+                "REACHSTORE_LISTEN": "127.0.0.1:0",
+            }
+        )
 
 
 async def _start_backend() -> Backend:
@@ -191,7 +232,8 @@ async def _start_backend() -> Backend:
     registrars = [
         lambda server: query_grpc.add_QueryServiceServicer_to_server(FakeQuery(recorder), server),
         lambda server: ingest_grpc.add_IngestServiceServicer_to_server(
-            FakeIngest(recorder), server),
+            FakeIngest(recorder), server
+        ),
     ]
     server, port, health = create_server(registrars, SERVICE_NAMES, "127.0.0.1:0")
     await server.start()

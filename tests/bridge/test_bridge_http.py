@@ -24,8 +24,16 @@ def _error(response: httpx.Response) -> dict[str, Any]:
     body = response.json()
     assert set(body) == {"error"}
     error = body["error"]
-    assert set(error) == {"code", "message", "category", "retryable", "retry_after_ms",
-                          "structured_data", "request_id", "details"}
+    assert set(error) == {
+        "code",
+        "message",
+        "category",
+        "retryable",
+        "retry_after_ms",
+        "structured_data",
+        "request_id",
+        "details",
+    }
     assert error["request_id"] == response.headers["x-request-id"]
     return error
 
@@ -38,24 +46,37 @@ def test_query_with_partial_failure_renders_the_documented_shape(client: httpx.C
     assert response.status_code == 200
     assert response.headers["content-type"] == "application/json"
     assert response.json() == {
-        "results": [{
-            "namespace": "demo", "document_id": "doc-1", "chunk_index": 0, "text": "hello",
-            "score": 0.75, "metadata": {"lang": "en"},
-        }],
+        "results": [
+            {
+                "namespace": "demo",
+                "document_id": "doc-1",
+                "chunk_index": 0,
+                "text": "hello",
+                "score": 0.75,
+                "metadata": {"lang": "en"},
+            }
+        ],
         "meta": {
             "coverage_ratio": 0.5,
             "namespaces_queried": ["demo", "nope"],
             "namespaces_succeeded": ["demo"],
-            "namespaces_failed": [{
-                "namespace": "nope", "document_id": "", "batch_index": None, "action_id": "",
-                "category": "permanent", "error_code": "NAMESPACE_UNAVAILABLE",
-                "message": (
-                    "The namespace does not exist or is not visible to the caller; the two "
-                    "cases are deliberately indistinguishable."
-                ),
-                "retryable": False, "retry_after_ms": None,
-                "structured_data": {"namespace": "nope"},
-            }],
+            "namespaces_failed": [
+                {
+                    "namespace": "nope",
+                    "document_id": "",
+                    "batch_index": None,
+                    "action_id": "",
+                    "category": "permanent",
+                    "error_code": "NAMESPACE_UNAVAILABLE",
+                    "message": (
+                        "The namespace does not exist or is not visible to the caller; the two "
+                        "cases are deliberately indistinguishable."
+                    ),
+                    "retryable": False,
+                    "retry_after_ms": None,
+                    "structured_data": {"namespace": "nope"},
+                }
+            ],
         },
     }
 
@@ -63,13 +84,18 @@ def test_query_with_partial_failure_renders_the_documented_shape(client: httpx.C
 def test_create_document_answers_202_with_the_task(client: httpx.Client, backend: Backend) -> None:
     response = client.post(
         "/api/v1/namespaces/demo/documents",
-        json={"document": {"document_id": "d1", "text": "hello", "metadata": {"k": "v"}},
-              "on_duplicate": "overwrite"},
+        json={
+            "document": {"document_id": "d1", "text": "hello", "metadata": {"k": "v"}},
+            "on_duplicate": "overwrite",
+        },
     )
     assert response.status_code == 202
     task = response.json()["task"]
     assert (task["state"], task["agent_decision_hint"], task["poll_after_ms"]) == (
-        "queued", "poll_again", 500)
+        "queued",
+        "poll_again",
+        500,
+    )
     assert task["error"] is None
     request, _ = backend.recorder.last("CreateDocument")
     assert request.namespace == "demo"
@@ -82,9 +108,16 @@ def test_get_task_prints_zero_values_and_absent_optionals(client: httpx.Client) 
     assert response.status_code == 200
     assert response.json() == {
         "task": {
-            "task_id": "t-9", "namespace": "demo", "document_id": "doc-1", "state": "completed",
-            "phase": "unspecified", "percent": 100, "agent_decision_hint": "done_fetch_doc",
-            "poll_after_ms": None, "error": None, "created_at": "2024-01-01T00:00:00Z",
+            "task_id": "t-9",
+            "namespace": "demo",
+            "document_id": "doc-1",
+            "state": "completed",
+            "phase": "unspecified",
+            "percent": 100,
+            "agent_decision_hint": "done_fetch_doc",
+            "poll_after_ms": None,
+            "error": None,
+            "created_at": "2024-01-01T00:00:00Z",
             "updated_at": "",
         },
         "partial_failures": [],
@@ -139,7 +172,10 @@ def test_whole_request_error_maps_status_and_body(client: httpx.Client) -> None:
     error = _error(response)
     assert error["code"] == "TASK_NOT_FOUND"
     assert (error["category"], error["retryable"], error["retry_after_ms"]) == (
-        "permanent", False, None)
+        "permanent",
+        False,
+        None,
+    )
     assert error["structured_data"] == {"task_id": "missing"}
     assert error["details"] == []
 
@@ -156,7 +192,11 @@ def test_retryable_error_sets_retry_after_rounded_up(client: httpx.Client) -> No
     assert response.headers["retry-after"] == "3"  # 2500 ms, rounded up
     error = _error(response)
     assert (error["code"], error["category"], error["retryable"], error["retry_after_ms"]) == (
-        "SERVICE_UNAVAILABLE", "transient", True, 2500)
+        "SERVICE_UNAVAILABLE",
+        "transient",
+        True,
+        2500,
+    )
     assert error["message"] == "store is busy"
 
 
@@ -170,7 +210,10 @@ def test_extra_partial_failures_travel_as_details(client: httpx.Client) -> None:
     assert len(error["details"]) == 1
     detail = error["details"][0]
     assert (detail["namespace"], detail["error_code"], detail["category"]) == (
-        "slow", "NAMESPACE_TIMEOUT", "timeout")
+        "slow",
+        "NAMESPACE_TIMEOUT",
+        "timeout",
+    )
     assert (detail["retryable"], detail["retry_after_ms"]) == (True, 1000)
     assert detail["structured_data"] == {"timeout_ms": 2000}
 
@@ -181,7 +224,9 @@ def test_grpc_error_without_details_maps_to_the_catalogue(client: httpx.Client) 
     error = _error(response)
     assert error["code"] == "SERVICE_UNAVAILABLE"
     assert error["structured_data"] == {
-        "service": "reachstore.query.v1.QueryService", "grpc_code": "UNAVAILABLE"}
+        "service": "reachstore.query.v1.QueryService",
+        "grpc_code": "UNAVAILABLE",
+    }
     assert "plain status" not in error["message"]  # transport text stays in the log
 
 
@@ -197,8 +242,9 @@ def test_servicer_crash_gives_internal_error_body_not_a_trace(client: httpx.Clie
 # --- the bridge's own request checks ----------------------------------------------------------
 
 
-def _post(client: httpx.Client, path: str, content: bytes,
-          content_type: str = "application/json") -> httpx.Response:
+def _post(
+    client: httpx.Client, path: str, content: bytes, content_type: str = "application/json"
+) -> httpx.Response:
     return client.post(path, content=content, headers={"content-type": content_type})
 
 
@@ -215,7 +261,9 @@ def test_json_that_is_not_an_object_is_malformed(client: httpx.Client) -> None:
     assert response.status_code == 400
     error = _error(response)
     assert (error["code"], error["message"]) == (
-        "MALFORMED_JSON", "the body must be a JSON object, got array")
+        "MALFORMED_JSON",
+        "the body must be a JSON object, got array",
+    )
 
 
 def test_wrong_type_gives_400_naming_the_field(client: httpx.Client) -> None:
@@ -224,7 +272,9 @@ def test_wrong_type_gives_400_naming_the_field(client: httpx.Client) -> None:
     error = _error(response)
     assert error["code"] == "INVALID_ARGUMENT"
     assert error["structured_data"] == {
-        "field": "top_k", "rule": "expected integer, got string", "expected": "integer",
+        "field": "top_k",
+        "rule": "expected integer, got string",
+        "expected": "integer",
         "got": "string",
     }
 
@@ -281,8 +331,9 @@ def test_oversize_chunked_body_gives_413(client: httpx.Client) -> None:
         for _ in range(21):
             yield b" " * (1024 * 1024)
 
-    response = client.post("/api/v1/query", content=chunks(),
-                           headers={"content-type": "application/json"})
+    response = client.post(
+        "/api/v1/query", content=chunks(), headers={"content-type": "application/json"}
+    )
     assert "content-length" not in response.request.headers  # really chunked
     assert response.status_code == 413
     error = _error(response)
@@ -341,14 +392,16 @@ def test_healthz_answers_ok(client: httpx.Client) -> None:
 def test_readyz_reports_each_serving_service(client: httpx.Client) -> None:
     response = client.get("/readyz")
     assert response.status_code == 200
-    assert response.json() == {"status": "ok", "services": {
-        "reachstore.query.v1.QueryService": "serving",
-        "reachstore.ingest.v1.IngestService": "serving",
-    }}
+    assert response.json() == {
+        "status": "ok",
+        "services": {
+            "reachstore.query.v1.QueryService": "serving",
+            "reachstore.ingest.v1.IngestService": "serving",
+        },
+    }
 
 
 def test_responses_are_compact_utf8_json(client: httpx.Client) -> None:
     response = client.get("/api/v1/tasks/missing")
     assert json.loads(response.content.decode("utf-8"))["error"]["code"] == "TASK_NOT_FOUND"
     assert b": " not in response.content
-

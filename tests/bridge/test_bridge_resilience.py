@@ -50,7 +50,11 @@ def test_backend_down_gives_503_with_retry_after(
     assert response.headers["retry-after"] == "1"
     error = _error(response)
     assert (error["code"], error["category"], error["retryable"], error["retry_after_ms"]) == (
-        "SERVICE_UNAVAILABLE", "transient", True, 1000)
+        "SERVICE_UNAVAILABLE",
+        "transient",
+        True,
+        1000,
+    )
     assert error["structured_data"] == {"service": QUERY, "grpc_code": "UNAVAILABLE"}
     assert elapsed < 5.0  # refused at once, not after the deadline
 
@@ -67,7 +71,8 @@ def test_readyz_is_503_naming_services_when_backend_is_stopped(
     error = _error(response)
     assert error["code"] == "SERVICE_UNAVAILABLE"
     assert error["structured_data"] == {
-        "services": {QUERY: "unreachable", INGEST: "unreachable"}, "down": [QUERY, INGEST],
+        "services": {QUERY: "unreachable", INGEST: "unreachable"},
+        "down": [QUERY, INGEST],
     }
     assert QUERY in error["message"] and INGEST in error["message"]
     # The bridge process itself is still up.
@@ -172,11 +177,18 @@ def _lines(stream: Any, into: queue.Queue[bytes]) -> None:
 
 
 def test_main_logs_json_to_stderr_only_and_stops_cleanly_on_sigterm(backend: Backend) -> None:
-    env = {**os.environ, "REACHSTORE_LISTEN": "127.0.0.1:0",
-           "REACHSTORE_QUERY_ADDR": backend.address, "REACHSTORE_INGEST_ADDR": backend.address}
+    env = {
+        **os.environ,
+        "REACHSTORE_LISTEN": "127.0.0.1:0",
+        "REACHSTORE_QUERY_ADDR": backend.address,
+        "REACHSTORE_INGEST_ADDR": backend.address,
+    }
     process = subprocess.Popen(
-        [sys.executable, "-m", "services.bridge.main"], cwd=REPO, env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        [sys.executable, "-m", "services.bridge.main"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     lines: queue.Queue[bytes] = queue.Queue()
     reader = threading.Thread(target=_lines, args=(process.stderr, lines), daemon=True)

@@ -61,13 +61,17 @@ def test_details_are_read_even_when_the_status_text_was_rewritten() -> None:
     assert response.status_code == 404
     body = _body(response)
     assert (body["code"], body["structured_data"], body["request_id"]) == (
-        "TASK_NOT_FOUND", {"task_id": "x"}, "r2")
+        "TASK_NOT_FOUND",
+        {"task_id": "x"},
+        "r2",
+    )
 
 
 def test_undecodable_details_fall_back_to_the_catalogue() -> None:
     response = error_responses.from_rpc_error(
         _rpc_error(None, grpc.StatusCode.UNKNOWN, raw_details=b"\xff\xff not a status"),
-        SERVICE, "r3",
+        SERVICE,
+        "r3",
     )
     assert response.status_code == 500
     body = _body(response)
@@ -79,7 +83,8 @@ def test_status_without_partial_failure_uses_the_transport_mapping() -> None:
     plain = status_pb2.Status(code=grpc.StatusCode.DEADLINE_EXCEEDED.value[0], message="late")
     response = error_responses.from_rpc_error(
         _rpc_error(None, grpc.StatusCode.DEADLINE_EXCEEDED, "late", plain.SerializeToString()),
-        SERVICE, "r4",
+        SERVICE,
+        "r4",
     )
     assert response.status_code == 504
     assert _body(response)["code"] == "DEADLINE_EXCEEDED"

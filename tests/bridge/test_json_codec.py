@@ -49,8 +49,13 @@ def test_zero_values_empty_lists_maps_and_unset_messages_are_printed() -> None:
     out = json_codec.message_to_dict(query_pb2.GetDocumentResponse(document=query_pb2.Document()))
     assert out == {
         "document": {
-            "namespace": "", "document_id": "", "text": "", "metadata": {},
-            "chunk_count": 0, "content_sha256": "", "updated_at": "",
+            "namespace": "",
+            "document_id": "",
+            "text": "",
+            "metadata": {},
+            "chunk_count": 0,
+            "content_sha256": "",
+            "updated_at": "",
         },
         "partial_failures": [],
     }
@@ -65,11 +70,15 @@ def test_struct_prints_as_plain_json_with_integral_numbers_as_integers() -> None
     failure = errors.make_failure(
         errors.BATCH_TOO_LARGE,
         structured_data={
-            "limit": 100, "ratio": 0.5, "nested": {"ok": True, "list": [1, "a", None]},
+            "limit": 100,
+            "ratio": 0.5,
+            "nested": {"ok": True, "list": [1, "a", None]},
         },
     )
     assert json_codec.message_to_dict(failure)["structured_data"] == {
-        "limit": 100, "ratio": 0.5, "nested": {"ok": True, "list": [1, "a", None]},
+        "limit": 100,
+        "ratio": 0.5,
+        "nested": {"ok": True, "list": [1, "a", None]},
     }
 
 
@@ -117,11 +126,14 @@ def _data(error: errors.ReachstoreError) -> dict[str, Any]:
 
 
 def test_valid_body_builds_the_message() -> None:
-    request = _parse(ingest_pb2.BatchCreateDocumentsRequest, {
-        "namespace": "demo",
-        "documents": [{"document_id": "a", "text": "x", "metadata": {"k": "v"}}],
-        "on_duplicate": "overwrite",
-    })
+    request = _parse(
+        ingest_pb2.BatchCreateDocumentsRequest,
+        {
+            "namespace": "demo",
+            "documents": [{"document_id": "a", "text": "x", "metadata": {"k": "v"}}],
+            "on_duplicate": "overwrite",
+        },
+    )
     assert request.documents[0].metadata == {"k": "v"}
     assert request.on_duplicate == ingest_pb2.ON_DUPLICATE_OVERWRITE
 
@@ -145,9 +157,12 @@ def test_enum_given_a_number_is_refused() -> None:
 
 
 def test_unknown_field_is_named_by_its_full_path() -> None:
-    error = _error(ingest_pb2.BatchCreateDocumentsRequest, {
-        "documents": [{"text": "a"}, {"text": "b"}, {"txt": "c"}],
-    })
+    error = _error(
+        ingest_pb2.BatchCreateDocumentsRequest,
+        {
+            "documents": [{"text": "a"}, {"text": "b"}, {"txt": "c"}],
+        },
+    )
     assert _data(error) == {"field": "documents[2].txt", "rule": "unknown field"}
     assert error.failure.message == "documents[2].txt: unknown field"
 
@@ -261,8 +276,12 @@ def test_float32_overflow_is_refused(sample_file: Any) -> None:
 
 
 def test_round_trip_of_a_response_through_the_profile() -> None:
-    response = ingest_pb2.GetTaskResponse(task=ingest_pb2.Task(
-        task_id="t", state=ingest_pb2.TASK_STATE_FAILED, poll_after_ms=5,
-        error=errors.make_failure(errors.DOCUMENT_EXISTS, structured_data={"id": "d"}),
-    ))
+    response = ingest_pb2.GetTaskResponse(
+        task=ingest_pb2.Task(
+            task_id="t",
+            state=ingest_pb2.TASK_STATE_FAILED,
+            poll_after_ms=5,
+            error=errors.make_failure(errors.DOCUMENT_EXISTS, structured_data={"id": "d"}),
+        )
+    )
     assert _parse(ingest_pb2.GetTaskResponse, json_codec.message_to_dict(response)) == response

@@ -61,12 +61,15 @@ def test_success_status_per_route(doc: dict[str, Any]) -> None:
 def test_path_and_query_parameters_are_declared(doc: dict[str, Any]) -> None:
     get_doc = doc["paths"]["/api/v1/namespaces/{namespace}/documents/{document_id}"]["get"]
     assert [(p["name"], p["in"], p["required"]) for p in get_doc["parameters"]] == [
-        ("namespace", "path", True), ("document_id", "path", True),
+        ("namespace", "path", True),
+        ("document_id", "path", True),
     ]
     listing = doc["paths"]["/api/v1/namespaces/{namespace}/documents"]["get"]
     query_params = {p["name"]: p["schema"] for p in listing["parameters"] if p["in"] == "query"}
-    assert query_params == {"page_size": {"type": "integer", "format": "int32"},
-                            "page_token": {"type": "string"}}
+    assert query_params == {
+        "page_size": {"type": "integer", "format": "int32"},
+        "page_token": {"type": "string"},
+    }
 
 
 def test_body_routes_take_the_request_message(doc: dict[str, Any]) -> None:
@@ -100,9 +103,12 @@ def test_field_schemas_follow_the_json_profile(doc: dict[str, Any]) -> None:
     assert failure["retry_after_ms"] == {"type": ["integer", "null"], "format": "int64"}
     assert failure["structured_data"] == {"type": "object", "additionalProperties": True}
     task = doc["components"]["schemas"]["reachstore.ingest.v1.Task"]["properties"]
-    assert task["error"] == {"anyOf": [
-        {"$ref": "#/components/schemas/reachstore.common.v1.PartialFailure"}, {"type": "null"},
-    ]}
+    assert task["error"] == {
+        "anyOf": [
+            {"$ref": "#/components/schemas/reachstore.common.v1.PartialFailure"},
+            {"type": "null"},
+        ]
+    }
     query = doc["components"]["schemas"]["reachstore.query.v1.QueryRequest"]["properties"]
     assert query["filter"] == {"type": "object", "additionalProperties": {"type": "string"}}
     assert query["namespaces"] == {"type": "array", "items": {"type": "string"}}
@@ -112,6 +118,12 @@ def test_field_schemas_follow_the_json_profile(doc: dict[str, Any]) -> None:
 def test_error_body_schema_lists_every_error_field(doc: dict[str, Any]) -> None:
     error = doc["components"]["schemas"][ERROR_SCHEMA]["properties"]["error"]
     assert error["required"] == [
-        "code", "message", "category", "retryable", "retry_after_ms", "structured_data",
-        "request_id", "details",
+        "code",
+        "message",
+        "category",
+        "retryable",
+        "retry_after_ms",
+        "structured_data",
+        "request_id",
+        "details",
     ]

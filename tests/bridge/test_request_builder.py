@@ -30,8 +30,9 @@ def _build(
     return build_request(match.route, body, match.path_params, query or [])
 
 
-def _refused(method: str, path: str, body: Any = None,
-             query: list[tuple[str, str]] | None = None) -> dict[str, Any]:
+def _refused(
+    method: str, path: str, body: Any = None, query: list[tuple[str, str]] | None = None
+) -> dict[str, Any]:
     with pytest.raises(errors.ReachstoreError) as caught:
         _build(method, path, body, query)
     assert caught.value.code == "INVALID_ARGUMENT"
@@ -56,15 +57,22 @@ def test_body_contradicting_the_path_is_refused() -> None:
 
 
 def test_query_params_are_converted_to_field_types() -> None:
-    request = _build("GET", "/api/v1/namespaces/demo/documents",
-                     query=[("page_size", "5"), ("page_token", "abc")])
+    request = _build(
+        "GET",
+        "/api/v1/namespaces/demo/documents",
+        query=[("page_size", "5"), ("page_token", "abc")],
+    )
     assert (request.namespace, request.page_size, request.page_token) == ("demo", 5, "abc")
 
 
 def test_query_param_with_wrong_type_names_the_field() -> None:
     data = _refused("GET", "/api/v1/namespaces", query=[("page_size", "ten")])
-    assert data == {"field": "page_size", "rule": "expected integer", "expected": "integer",
-                    "got": "ten"}
+    assert data == {
+        "field": "page_size",
+        "rule": "expected integer",
+        "expected": "integer",
+        "got": "ten",
+    }
 
 
 def test_query_param_out_of_range_is_refused() -> None:
@@ -74,7 +82,8 @@ def test_query_param_out_of_range_is_refused() -> None:
 
 def test_unknown_query_param_is_refused() -> None:
     assert _refused("GET", "/api/v1/namespaces", query=[("size", "5")]) == {
-        "field": "size", "rule": "unknown field",
+        "field": "size",
+        "rule": "unknown field",
     }
 
 

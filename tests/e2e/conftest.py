@@ -44,7 +44,9 @@ def wait_task(http: httpx.Client, task_id: str, timeout: float = 60.0) -> dict[s
 def ingest(http: httpx.Client, namespace: str, docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Creates the namespace if needed, submits a batch and waits for every task."""
     http.post("/api/v1/namespaces", json={"name": namespace})
-    reply = http.post(f"/api/v1/namespaces/{namespace}/documents:batchCreate",
-                      json={"documents": docs, "on_duplicate": "overwrite"})
+    reply = http.post(
+        f"/api/v1/namespaces/{namespace}/documents:batchCreate",
+        json={"documents": docs, "on_duplicate": "overwrite"},
+    )
     assert reply.status_code == 200, reply.text
     return [wait_task(http, r["task_id"]) for r in reply.json()["results"] if r["task_id"]]

@@ -38,8 +38,14 @@ def free_port_block(count: int) -> int:
 class RunningSystem:
     """One `reachstore up` process tree on free ports and its own data folder."""
 
-    def __init__(self, data_dir: Path, extra_env: dict[str, str] | None = None, *,
-                 grpc_port_base: int | None = None, http_port: int | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        extra_env: dict[str, str] | None = None,
+        *,
+        grpc_port_base: int | None = None,
+        http_port: int | None = None,
+    ) -> None:
         self.data_dir = data_dir
         self.extra_env = dict(extra_env or {})
         base = grpc_port_base or free_port_block(10)
@@ -57,9 +63,22 @@ class RunningSystem:
     def start(self) -> None:
         env = {**os.environ, **self.extra_env, "PYTHONUNBUFFERED": "1"}
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "services.cli", "up", "--data-dir", str(self.data_dir),
-             "--http-port", str(self.http_port), "--grpc-port-base", str(self.grpc_port_base)],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            [
+                sys.executable,
+                "-m",
+                "services.cli",
+                "up",
+                "--data-dir",
+                str(self.data_dir),
+                "--http-port",
+                str(self.http_port),
+                "--grpc-port-base",
+                str(self.grpc_port_base),
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
             stdin=subprocess.DEVNULL,
         )
         lines: queue.Queue[str | None] = queue.Queue()
@@ -78,7 +97,9 @@ class RunningSystem:
                 line = lines.get(timeout=START_TIMEOUT_SECONDS)
             except queue.Empty:
                 self.stop()
-                raise RuntimeError("reachstore up did not become ready:\n" + "".join(self.output[-40:]))
+                raise RuntimeError(  # noqa: B904 - the output says more than the Empty
+                    "reachstore up did not become ready:\n" + "".join(self.output[-40:])
+                )
             if line is None:
                 raise RuntimeError("reachstore up exited:\n" + "".join(self.output[-40:]))
             if line.startswith(READY_PREFIX):

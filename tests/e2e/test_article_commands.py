@@ -45,7 +45,9 @@ def default_system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running
 
 
 def _run(command: str, cwd: Path) -> str:
-    done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=60, cwd=cwd)
+    done = subprocess.run(
+        ["bash", "-c", command], capture_output=True, text=True, timeout=60, cwd=cwd
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 
@@ -54,11 +56,15 @@ def test_demo_plus_nope_is_200(default_system: RunningSystem, tmp_path: Path) ->
     assert _run(STATUS_ONLY, tmp_path) == "200"
 
 
-def test_demo_plus_nope_prints_the_agent_fields(default_system: RunningSystem, tmp_path: Path) -> None:
+def test_demo_plus_nope_prints_the_agent_fields(
+    default_system: RunningSystem, tmp_path: Path
+) -> None:
     assert _run(AGENT_FIELDS, tmp_path) == "0.5 1 nope False permanent"
 
 
-def test_two_missing_namespaces_are_200_with_nothing(default_system: RunningSystem, tmp_path: Path) -> None:
+def test_two_missing_namespaces_are_200_with_nothing(
+    default_system: RunningSystem, tmp_path: Path
+) -> None:
     assert _run(ALL_MISSING, tmp_path) == "200 0.0 0"
 
 

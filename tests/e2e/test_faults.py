@@ -22,8 +22,10 @@ def test_a_slow_namespace_times_out_while_the_others_answer(tmp_path: Path) -> N
             ingest(http, "fast", [{"document_id": "f", "text": "Rivers flow into the sea."}])
             ingest(http, "slow", [{"document_id": "s", "text": "Rivers flow into lakes too."}])
             started = time.monotonic()
-            reply = http.post("/api/v1/query", json={"namespaces": ["fast", "slow"], "query": "rivers",
-                                                      "timeout_ms": 300})
+            reply = http.post(
+                "/api/v1/query",
+                json={"namespaces": ["fast", "slow"], "query": "rivers", "timeout_ms": 300},
+            )
             elapsed = time.monotonic() - started
             body = reply.json()
             assert reply.status_code == 200
@@ -37,11 +39,22 @@ def test_a_slow_namespace_times_out_while_the_others_answer(tmp_path: Path) -> N
             # The answer came at the budget, not after the injected 8 s delay, and the
             # search that ran out of time was told to stop.
             assert elapsed < 4.0
-            strict = http.post("/api/v1/query", json={"namespaces": ["fast", "slow"], "query": "rivers",
-                                                      "timeout_ms": 300, "allow_partial": False})
+            strict = http.post(
+                "/api/v1/query",
+                json={
+                    "namespaces": ["fast", "slow"],
+                    "query": "rivers",
+                    "timeout_ms": 300,
+                    "allow_partial": False,
+                },
+            )
             assert strict.status_code == 503 and strict.headers["retry-after"] == "1"
             error = strict.json()["error"]
-            assert (error["code"], error["category"], error["retryable"]) == ("INCOMPLETE_RESULT", "transient", True)
+            assert (error["code"], error["category"], error["retryable"]) == (
+                "INCOMPLETE_RESULT",
+                "transient",
+                True,
+            )
             assert error["retry_after_ms"] == failed["retry_after_ms"]
             metrics = httpx.get(system.metrics_url, timeout=10).text
             assert "reachstore_query_searches_cancelled_total 2.0" in metrics
@@ -54,10 +67,20 @@ def test_a_corrupt_snapshot_is_rebuilt_from_the_store(tmp_path: Path) -> None:
     first = RunningSystem(tmp_path)
     first.start()
     with httpx.Client(base_url=first.http_url, timeout=30) as http:
-        ingest(http, "durable", [{"document_id": f"d{i}", "text": f"Lighthouse number {i} guides ships."}
-                                 for i in range(20)])
-        assert http.post("/api/v1/query", json={"namespaces": ["durable"], "query": "lighthouse"}
-                         ).json()["meta"]["coverage_ratio"] == 1.0
+        ingest(
+            http,
+            "durable",
+            [
+                {"document_id": f"d{i}", "text": f"Lighthouse number {i} guides ships."}
+                for i in range(20)
+            ],
+        )
+        assert (
+            http.post(
+                "/api/v1/query", json={"namespaces": ["durable"], "query": "lighthouse"}
+            ).json()["meta"]["coverage_ratio"]
+            == 1.0
+        )
     assert first.stop() == 0
     snapshots = sorted((tmp_path / "indexes").glob("*.snap"))
     assert snapshots, "the query service writes snapshots when it stops"
@@ -70,7 +93,12 @@ def test_a_corrupt_snapshot_is_rebuilt_from_the_store(tmp_path: Path) -> None:
     second.start()
     try:
         with httpx.Client(base_url=second.http_url, timeout=30) as http:
-            query = {"namespaces": ["durable"], "query": "lighthouse", "top_k": 3, "timeout_ms": 200}
+            query = {
+                "namespaces": ["durable"],
+                "query": "lighthouse",
+                "top_k": 3,
+                "timeout_ms": 200,
+            }
             body = http.post("/api/v1/query", json=query).json()
             [failed] = body["meta"]["namespaces_failed"]
             assert (failed["category"], failed["error_code"]) == ("transient", "INDEX_REBUILDING")

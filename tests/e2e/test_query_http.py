@@ -7,12 +7,23 @@ import httpx
 from tests.e2e.conftest import ingest
 
 POLICY_DOCS = [
-    {"document_id": "refunds", "text": "Refunds are paid back to the original card within five "
-     "working days after the returned parcel arrives.", "metadata": {"lang": "en", "kind": "policy"}},
-    {"document_id": "shipping", "text": "Parcels ship from the Shanghai warehouse every weekday; "
-     "express delivery takes two days.", "metadata": {"lang": "en", "kind": "logistics"}},
-    {"document_id": "refunds-zh", "text": "退款会在退货包裹到达后的五个工作日内退回原支付卡。",
-     "metadata": {"lang": "zh", "kind": "policy"}},
+    {
+        "document_id": "refunds",
+        "text": "Refunds are paid back to the original card within five "
+        "working days after the returned parcel arrives.",
+        "metadata": {"lang": "en", "kind": "policy"},
+    },
+    {
+        "document_id": "shipping",
+        "text": "Parcels ship from the Shanghai warehouse every weekday; "
+        "express delivery takes two days.",
+        "metadata": {"lang": "en", "kind": "logistics"},
+    },
+    {
+        "document_id": "refunds-zh",
+        "text": "退款会在退货包裹到达后的五个工作日内退回原支付卡。",
+        "metadata": {"lang": "zh", "kind": "policy"},
+    },
 ]
 
 
@@ -43,7 +54,9 @@ def test_query_with_one_missing_namespace_returns_half_coverage(http: httpx.Clie
     assert first["namespace"] == "policy"
 
 
-def test_query_where_every_namespace_fails_is_still_200_with_zero_coverage(http: httpx.Client) -> None:
+def test_query_where_every_namespace_fails_is_still_200_with_zero_coverage(
+    http: httpx.Client,
+) -> None:
     reply = _query(http, namespaces=["nope", "nope-2"], query="anything", top_k=2)
     assert reply.status_code == 200
     body = reply.json()
@@ -68,14 +81,21 @@ def test_star_means_every_namespace_the_caller_may_read(http: httpx.Client) -> N
 
 def test_a_chinese_question_finds_the_chinese_passage(http: httpx.Client) -> None:
     ingest(http, "policy", POLICY_DOCS)
-    results = _query(http, namespaces=["policy"], query="退款多久能到账？", top_k=1).json()["results"]
+    results = _query(http, namespaces=["policy"], query="退款多久能到账？", top_k=1).json()[
+        "results"
+    ]
     assert results[0]["document_id"] == "refunds-zh"
 
 
 def test_metadata_filter_keeps_only_matching_chunks(http: httpx.Client) -> None:
     ingest(http, "policy", POLICY_DOCS)
-    results = _query(http, namespaces=["policy"], query="parcel", top_k=10,
-                     filter={"kind": "policy", "lang": "en"}).json()["results"]
+    results = _query(
+        http,
+        namespaces=["policy"],
+        query="parcel",
+        top_k=10,
+        filter={"kind": "policy", "lang": "en"},
+    ).json()["results"]
     assert [r["document_id"] for r in results] == ["refunds"]
 
 
@@ -108,8 +128,14 @@ def test_an_overwritten_document_is_searched_in_its_new_version(http: httpx.Clie
 
 
 def test_a_deleted_document_leaves_answers_at_once(http: httpx.Client) -> None:
-    ingest(http, "deletions", [{"document_id": "gone", "text": "Penguins cannot fly."},
-                               {"document_id": "kept", "text": "Eagles fly very high."}])
+    ingest(
+        http,
+        "deletions",
+        [
+            {"document_id": "gone", "text": "Penguins cannot fly."},
+            {"document_id": "kept", "text": "Eagles fly very high."},
+        ],
+    )
     assert http.delete("/api/v1/namespaces/deletions/documents/gone").status_code == 200
     results = _query(http, namespaces=["deletions"], query="penguins", top_k=5).json()["results"]
     assert [r["document_id"] for r in results] == ["kept"]
@@ -121,7 +147,11 @@ def test_too_many_namespaces_is_a_whole_request_quota_error(http: httpx.Client) 
     reply = _query(http, namespaces=names, query="x")
     assert reply.status_code == 400
     error = reply.json()["error"]
-    assert (error["code"], error["category"], error["retryable"]) == ("TOO_MANY_NAMESPACES", "quota", False)
+    assert (error["code"], error["category"], error["retryable"]) == (
+        "TOO_MANY_NAMESPACES",
+        "quota",
+        False,
+    )
     assert error["structured_data"]["limit"] == 32 and error["structured_data"]["actual"] == 40
 
 
@@ -143,9 +173,15 @@ def test_monitoring_sees_partial_answers_by_category(http: httpx.Client, system)
                 values[name] = float(value)
         return values
 
-    key = 'reachstore_query_namespace_failures_total{category="permanent",error_code="NAMESPACE_UNAVAILABLE"}'
+    key = (
+        "reachstore_query_namespace_failures_total"
+        '{category="permanent",error_code="NAMESPACE_UNAVAILABLE"}'
+    )
     before = scrape()
     _query(http, namespaces=["demo", "nope"], query="x")
     after = scrape()
-    assert after["reachstore_query_partial_answers_total"] == before.get("reachstore_query_partial_answers_total", 0) + 1
+    assert (
+        after["reachstore_query_partial_answers_total"]
+        == before.get("reachstore_query_partial_answers_total", 0) + 1
+    )
     assert after[key] == before.get(key, 0) + 1

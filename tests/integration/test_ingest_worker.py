@@ -23,7 +23,9 @@ def embedder() -> UsemEmbedder:
 
 
 @pytest.fixture
-def parts(database_url: str, embedder: UsemEmbedder) -> Iterator[tuple[SemanticStore, TaskStore, IngestWorker]]:
+def parts(
+    database_url: str, embedder: UsemEmbedder
+) -> Iterator[tuple[SemanticStore, TaskStore, IngestWorker]]:
     engine = make_engine(database_url)
     init_schema(engine)
     sessions = make_sessions(engine)
@@ -33,8 +35,12 @@ def parts(database_url: str, embedder: UsemEmbedder) -> Iterator[tuple[SemanticS
     engine.dispose()
 
 
-def _submit(tasks: TaskStore, doc: str, text: str, on_duplicate: str = "error", namespace: str = "docs") -> str:
-    return tasks.enqueue(TENANT, [NewTask(namespace, doc, text, {"src": doc}, on_duplicate)])[0].task_id
+def _submit(
+    tasks: TaskStore, doc: str, text: str, on_duplicate: str = "error", namespace: str = "docs"
+) -> str:
+    return tasks.enqueue(TENANT, [NewTask(namespace, doc, text, {"src": doc}, on_duplicate)])[
+        0
+    ].task_id
 
 
 def test_a_task_goes_from_queued_to_completed_with_embedded_chunks(parts) -> None:  # type: ignore[no-untyped-def]

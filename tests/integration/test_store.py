@@ -22,13 +22,24 @@ def store(database_url: str) -> Iterator[SemanticStore]:
 
 
 def _chunks(*texts: str) -> list[ChunkData]:
-    return [ChunkData(t, f"h-{t}", np.full(4, i, dtype=np.float32).tobytes()) for i, t in enumerate(texts)]
+    return [
+        ChunkData(t, f"h-{t}", np.full(4, i, dtype=np.float32).tobytes())
+        for i, t in enumerate(texts)
+    ]
 
 
 def _commit(store: SemanticStore, tenant: str, namespace_id: int, doc: str, *texts: str) -> None:
     with store.begin() as session:
-        store.commit_document(session, tenant, namespace_id, doc, " ".join(texts), {"k": doc},
-                              f"sha-{doc}", _chunks(*texts))
+        store.commit_document(
+            session,
+            tenant,
+            namespace_id,
+            doc,
+            " ".join(texts),
+            {"k": doc},
+            f"sha-{doc}",
+            _chunks(*texts),
+        )
 
 
 def test_namespace_names_are_unique_per_tenant_not_globally(store: SemanticStore) -> None:
@@ -57,7 +68,10 @@ def test_committing_a_document_bumps_the_change_seq_and_stores_chunks(store: Sem
     assert head.change_seq == 2
     chunks = list(store.chunks("t", ns.id))
     assert [(c.document_id, c.chunk_index, c.text) for c in chunks] == [
-        ("d1", 0, "one"), ("d1", 1, "two"), ("d2", 0, "three")]
+        ("d1", 0, "one"),
+        ("d1", 1, "two"),
+        ("d2", 0, "three"),
+    ]
     assert chunks[0].metadata == {"k": "d1"}
     info = store.get_namespace("t", "docs")
     assert info is not None and (info.document_count, info.chunk_count) == (2, 3)

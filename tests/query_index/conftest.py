@@ -40,7 +40,9 @@ def chunk(
         chunk_index=chunk_index,
         text=text,
         metadata=dict(metadata or {}),
-        content_hash=content_hash if content_hash is not None else hashlib.sha256(text.encode()).hexdigest(),
+        content_hash=content_hash
+        if content_hash is not None
+        else hashlib.sha256(text.encode()).hexdigest(),
         vector=np.asarray(vector, dtype=np.float32),
     )
 

@@ -12,16 +12,39 @@ VECS = unit_vectors(64, seed=100)
 
 def small_index(**config) -> NamespaceIndex:
     idx = NamespaceIndex(DIM, **config)
-    idx.upsert_document("doc-a", [
-        chunk(1, "doc-a", "alpha bravo charlie", VECS[1], chunk_index=0, metadata={"lang": "en", "kind": "note"}),
-        chunk(2, "doc-a", "delta echo foxtrot", VECS[2], chunk_index=1, metadata={"lang": "en", "kind": "note"}),
-    ])
-    idx.upsert_document("doc-b", [
-        chunk(3, "doc-b", "golf hotel india", VECS[3], metadata={"lang": "de", "kind": "note"}),
-    ])
-    idx.upsert_document("doc-c", [
-        chunk(4, "doc-c", "juliet kilo lima", VECS[4], metadata={"lang": "en", "kind": "mail"}),
-    ])
+    idx.upsert_document(
+        "doc-a",
+        [
+            chunk(
+                1,
+                "doc-a",
+                "alpha bravo charlie",
+                VECS[1],
+                chunk_index=0,
+                metadata={"lang": "en", "kind": "note"},
+            ),
+            chunk(
+                2,
+                "doc-a",
+                "delta echo foxtrot",
+                VECS[2],
+                chunk_index=1,
+                metadata={"lang": "en", "kind": "note"},
+            ),
+        ],
+    )
+    idx.upsert_document(
+        "doc-b",
+        [
+            chunk(3, "doc-b", "golf hotel india", VECS[3], metadata={"lang": "de", "kind": "note"}),
+        ],
+    )
+    idx.upsert_document(
+        "doc-c",
+        [
+            chunk(4, "doc-c", "juliet kilo lima", VECS[4], metadata={"lang": "en", "kind": "mail"}),
+        ],
+    )
     return idx
 
 
@@ -52,7 +75,9 @@ def test_dense_or_lexical_alone_can_be_used():
 
 def test_upsert_replaces_all_chunks_of_a_document():
     idx = small_index()
-    idx.upsert_document("doc-a", [chunk(10, "doc-a", "zulu yankee", VECS[10], metadata={"lang": "en"})])
+    idx.upsert_document(
+        "doc-a", [chunk(10, "doc-a", "zulu yankee", VECS[10], metadata={"lang": "en"})]
+    )
     assert (idx.document_count, idx.chunk_count) == (3, 3)
     assert [c.chunk_id for c in idx.document_chunks("doc-a")] == [10]
     assert idx.search(None, "alpha delta", 5) == []
@@ -79,8 +104,12 @@ def test_remove_document_forgets_its_chunks():
 
 def test_filter_requires_equality_on_every_key():
     idx = small_index()
-    assert {h.chunk_id for h in idx.search(VECS[1], "alpha golf juliet", 10, filter={"lang": "en"})} == {1, 2, 4}
-    assert {h.chunk_id for h in idx.search(VECS[1], "alpha", 10, filter={"lang": "en", "kind": "mail"})} == {4}
+    assert {
+        h.chunk_id for h in idx.search(VECS[1], "alpha golf juliet", 10, filter={"lang": "en"})
+    } == {1, 2, 4}
+    assert {
+        h.chunk_id for h in idx.search(VECS[1], "alpha", 10, filter={"lang": "en", "kind": "mail"})
+    } == {4}
     assert idx.search(VECS[1], "alpha", 10, filter={"lang": "fr"}) == []
     assert idx.search(VECS[1], "alpha", 10, filter={"lang": "en", "missing": "x"}) == []
     assert len(idx.search(VECS[1], "alpha", 10, filter={})) == 4
@@ -88,7 +117,9 @@ def test_filter_requires_equality_on_every_key():
 
 def test_filter_index_follows_upserts_and_removals():
     idx = small_index()
-    idx.upsert_document("doc-c", [chunk(4, "doc-c", "juliet kilo lima", VECS[4], metadata={"lang": "fr"})])
+    idx.upsert_document(
+        "doc-c", [chunk(4, "doc-c", "juliet kilo lima", VECS[4], metadata={"lang": "fr"})]
+    )
     assert [h.chunk_id for h in idx.search(VECS[4], "", 5, filter={"lang": "fr"})] == [4]
     assert [h.chunk_id for h in idx.search(VECS[4], "", 5, filter={"kind": "mail"})] == []
     idx.remove_document("doc-c")
@@ -98,7 +129,9 @@ def test_filter_index_follows_upserts_and_removals():
 def test_chunks_with_the_same_content_hash_are_returned_once_keeping_the_best():
     idx = NamespaceIndex(DIM)
     idx.upsert_document("x", [chunk(1, "x", "shared text", VECS[1], content_hash="h")])
-    idx.upsert_document("y", [chunk(2, "y", "shared text", VECS[1] * 0.9 + VECS[2] * 0.1, content_hash="h")])
+    idx.upsert_document(
+        "y", [chunk(2, "y", "shared text", VECS[1] * 0.9 + VECS[2] * 0.1, content_hash="h")]
+    )
     idx.upsert_document("z", [chunk(3, "z", "other", VECS[3], content_hash="h3")])
     hits = idx.search(VECS[1], "shared", 10)
     assert [h.chunk_id for h in hits] == [1, 3]
@@ -120,7 +153,9 @@ def test_invalid_upserts_are_rejected_and_leave_the_index_unchanged():
     with pytest.raises(ValueError):  # chunk claims another document
         idx.upsert_document("doc-a", [chunk(20, "doc-b", "x", VECS[5])])
     with pytest.raises(ValueError):  # duplicate chunk ids
-        idx.upsert_document("doc-a", [chunk(20, "doc-a", "x", VECS[5]), chunk(20, "doc-a", "y", VECS[6])])
+        idx.upsert_document(
+            "doc-a", [chunk(20, "doc-a", "x", VECS[5]), chunk(20, "doc-a", "y", VECS[6])]
+        )
     with pytest.raises(ValueError):  # non-finite vector
         idx.upsert_document("doc-a", [chunk(20, "doc-a", "x", np.full(DIM, np.nan))])
     assert (idx.document_count, idx.chunk_count) == (3, 4)
@@ -231,7 +266,9 @@ def test_namespace_growing_past_the_threshold_switches_to_hnsw_and_handles_remov
     vecs = unit_vectors(400, seed=101)
     idx = NamespaceIndex(DIM, hnsw_threshold=150)
     for i in range(400):
-        idx.upsert_document(f"d{i}", [chunk(i, f"d{i}", f"text number{i}", vecs[i], metadata={"p": str(i % 2)})])
+        idx.upsert_document(
+            f"d{i}", [chunk(i, f"d{i}", f"text number{i}", vecs[i], metadata={"p": str(i % 2)})]
+        )
     assert idx.dense_mode == "hnsw"
     for i in (0, 151, 399):
         assert idx.search(vecs[i], f"number{i}", 3)[0].chunk_id == i

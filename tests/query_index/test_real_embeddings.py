@@ -27,7 +27,9 @@ def index(embedder):
     vectors = embedder(list(PASSAGES.values()))
     idx = NamespaceIndex(DIM)
     for i, (doc_id, text) in enumerate(PASSAGES.items()):
-        idx.upsert_document(doc_id, [chunk(i + 1, doc_id, text, vectors[i], metadata={"lang": LANG[doc_id]})])
+        idx.upsert_document(
+            doc_id, [chunk(i + 1, doc_id, text, vectors[i], metadata={"lang": LANG[doc_id]})]
+        )
     return idx
 
 
@@ -55,8 +57,13 @@ def test_rare_english_keyword_is_found_through_bm25_when_dense_similarity_is_wea
 
 
 def test_german_and_french_questions_find_their_passages(index, embedder):
-    assert ask(index, embedder, "Welcher Fluss mündet ins Schwarze Meer?")[0].document_id == "de-donau"
-    assert ask(index, embedder, "Quand la tour Eiffel a-t-elle été construite ?")[0].document_id == "fr-eiffel"
+    assert (
+        ask(index, embedder, "Welcher Fluss mündet ins Schwarze Meer?")[0].document_id == "de-donau"
+    )
+    assert (
+        ask(index, embedder, "Quand la tour Eiffel a-t-elle été construite ?")[0].document_id
+        == "fr-eiffel"
+    )
 
 
 def test_english_paraphrase_without_shared_words_is_found_by_meaning(index, embedder):
@@ -82,7 +89,10 @@ def test_snapshot_of_real_embeddings_answers_identically(index, embedder):
 
 def test_merge_across_namespaces_returns_the_matching_namespace_first(embedder):
     namespaces = {}
-    for name, keys in {"zh": ["zh-wall", "zh-panda", "zh-tea"], "en": ["en-mito", "en-ssh", "en-garden"]}.items():
+    for name, keys in {
+        "zh": ["zh-wall", "zh-panda", "zh-tea"],
+        "en": ["en-mito", "en-ssh", "en-garden"],
+    }.items():
         vecs = embedder([PASSAGES[k] for k in keys])
         idx = NamespaceIndex(DIM)
         for i, k in enumerate(keys):

@@ -6,7 +6,12 @@ import struct
 import numpy as np
 import pytest
 
-from services.query.index import NamespaceIndex, SnapshotCorrupt, read_snapshot_file, write_snapshot_file
+from services.query.index import (
+    NamespaceIndex,
+    SnapshotCorrupt,
+    read_snapshot_file,
+    write_snapshot_file,
+)
 from services.query.index.snapshot import MAGIC
 
 from .conftest import DIM, chunk, unit_vectors
@@ -24,7 +29,9 @@ def populated() -> NamespaceIndex:
                 chunk(
                     d * 4 + j,
                     f"doc-{d}",
-                    f"passage {['one', 'two', 'three'][j]} of document {d} word{d} 大熊猫 Straße" if d % 2 else f"文档{d} 熊猫 {j}",
+                    f"passage {['one', 'two', 'three'][j]} of document {d} word{d} 大熊猫 Straße"
+                    if d % 2
+                    else f"文档{d} 熊猫 {j}",
                     VECS[d * 4 + j],
                     chunk_index=j,
                     metadata={"lang": "zh" if d % 2 == 0 else "en", "d": str(d)},
@@ -38,7 +45,10 @@ def populated() -> NamespaceIndex:
 
 def results(idx: NamespaceIndex):
     return [
-        [(h.chunk_id, h.document_id, h.chunk_index, h.text, h.metadata, h.content_hash, h.score) for h in idx.search(v, t, 5)]
+        [
+            (h.chunk_id, h.document_id, h.chunk_index, h.text, h.metadata, h.content_hash, h.score)
+            for h in idx.search(v, t, 5)
+        ]
         for v, t in QUERIES
     ] + [[h.chunk_id for h in idx.search(VECS[3], "word", 10, filter={"lang": "en"})]]
 
@@ -48,7 +58,11 @@ def test_round_trip_restores_records_counts_seq_and_search_results():
     data = original.snapshot(seq=42)
     loaded, seq = NamespaceIndex.from_snapshot(data)
     assert seq == 42
-    assert (loaded.document_count, loaded.chunk_count) == (original.document_count, original.chunk_count) == (11, 30)
+    assert (
+        (loaded.document_count, loaded.chunk_count)
+        == (original.document_count, original.chunk_count)
+        == (11, 30)
+    )
     assert loaded.has_document("empty-doc")
     assert results(loaded) == results(original)
     for d in ("doc-1", "doc-4"):
@@ -56,7 +70,7 @@ def test_round_trip_restores_records_counts_seq_and_search_results():
         assert [(c.chunk_id, c.chunk_index, c.text, c.metadata, c.content_hash) for c in a] == [
             (c.chunk_id, c.chunk_index, c.text, c.metadata, c.content_hash) for c in b
         ]
-        assert all(np.array_equal(x.vector, y.vector) for x, y in zip(a, b))
+        assert all(np.array_equal(x.vector, y.vector) for x, y in zip(a, b, strict=False))
 
 
 def test_empty_index_round_trips():
@@ -69,7 +83,12 @@ def test_snapshot_is_deterministic_with_a_json_header():
     assert data == populated().snapshot(seq=1)
     assert data.startswith(MAGIC)
     _, header, payload_start = split(data)
-    assert (header["dim"], header["seq"], header["document_count"], header["chunk_count"]) == (DIM, 1, 11, 30)
+    assert (header["dim"], header["seq"], header["document_count"], header["chunk_count"]) == (
+        DIM,
+        1,
+        11,
+        30,
+    )
     assert header["payload_sha256"] == hashlib.sha256(data[payload_start:]).hexdigest()
 
 
@@ -108,7 +127,9 @@ def rebuild_with_header(data: bytes, header: dict) -> bytes:
     """A snapshot with an edited header whose checksums are all valid again."""
     _, _, payload_start = split(data)
     payload = data[payload_start:]
-    header = dict(header, payload_length=len(payload), payload_sha256=hashlib.sha256(payload).hexdigest())
+    header = dict(
+        header, payload_length=len(payload), payload_sha256=hashlib.sha256(payload).hexdigest()
+    )
     hb = json.dumps(header).encode()
     return MAGIC + struct.pack("<HHI", 1, 0, len(hb)) + hashlib.sha256(hb).digest() + hb + payload
 
@@ -127,7 +148,11 @@ def good() -> bytes:
 @pytest.mark.parametrize("where", ["ids", "vectors", "records", "last"])
 def test_a_flipped_payload_byte_is_detected(good, where):
     _, header, payload_start = split(good)
-    off = {"ids": 3, "vectors": header["sections"]["vectors"][0] + 100, "records": header["sections"]["records"][0] + 5}
+    off = {
+        "ids": 3,
+        "vectors": header["sections"]["vectors"][0] + 100,
+        "records": header["sections"]["records"][0] + 5,
+    }
     pos = len(good) - 1 if where == "last" else payload_start + off[where]
     bad = bytearray(good)
     bad[pos] ^= 0x01

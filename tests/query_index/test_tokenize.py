@@ -15,7 +15,13 @@ def test_nfkc_folds_fullwidth_forms_and_casefold_handles_eszett():
 
 def test_accented_european_words_stay_whole():
     assert tokenize("L'été déjà – Ünïcode, Привет мир, αβγ") == [
-        "l", "été", "déjà", "ünïcode", "привет", "мир", "αβγ"
+        "l",
+        "été",
+        "déjà",
+        "ünïcode",
+        "привет",
+        "мир",
+        "αβγ",
     ]
 
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+
 import pytest
 from sdk_support import FakeIngestService, FakeQueryService, Served, serve
 
 from reachstore import Client
+
 
 @pytest.fixture
 def served() -> Iterator[Served]:

@@ -130,11 +130,18 @@ class FakeQueryService(query_grpc.QueryServiceServicer):
     def Query(self, request: query_pb2.QueryRequest, context: grpc.ServicerContext) -> Any:
         self._seen(request)
         if request.namespace:
-            abort(context, rich_status(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                failure_pb("DEPRECATED_FIELD", Category.CATEGORY_PERMANENT,
-                           data={"field": "namespace", "use_instead": "namespaces"}),
-                field="namespace"))
+            abort(
+                context,
+                rich_status(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    failure_pb(
+                        "DEPRECATED_FIELD",
+                        Category.CATEGORY_PERMANENT,
+                        data={"field": "namespace", "use_instead": "namespaces"},
+                    ),
+                    field="namespace",
+                ),
+            )
         if "hang" in request.namespaces:
             self.release.wait(timeout=10)
         results, succeeded, failed = [], [], []
@@ -145,49 +152,83 @@ class FakeQueryService(query_grpc.QueryServiceServicer):
                 failed.append(_timeout(name))
             else:
                 succeeded.append(name)
-                results.append(query_pb2.QueryResult(
-                    namespace=name, document_id=f"{name}-doc", chunk_index=0,
-                    text=f"about {request.query} in {name}", score=1.0 / (rank + 1),
-                    metadata={"source": name}))
+                results.append(
+                    query_pb2.QueryResult(
+                        namespace=name,
+                        document_id=f"{name}-doc",
+                        chunk_index=0,
+                        text=f"about {request.query} in {name}",
+                        score=1.0 / (rank + 1),
+                        metadata={"source": name},
+                    )
+                )
         coverage = len(succeeded) / len(request.namespaces) if request.namespaces else 0.0
         if failed and request.HasField("allow_partial") and not request.allow_partial:
-            abort(context, rich_status(
-                grpc.StatusCode.UNAVAILABLE,
-                failure_pb("INCOMPLETE_RESULT", Category.CATEGORY_TRANSIENT, retry_after_ms=1000,
-                           data={"coverage_ratio": coverage, "field": "allow_partial"}),
-                extra=failed, field="allow_partial"))
+            abort(
+                context,
+                rich_status(
+                    grpc.StatusCode.UNAVAILABLE,
+                    failure_pb(
+                        "INCOMPLETE_RESULT",
+                        Category.CATEGORY_TRANSIENT,
+                        retry_after_ms=1000,
+                        data={"coverage_ratio": coverage, "field": "allow_partial"},
+                    ),
+                    extra=failed,
+                    field="allow_partial",
+                ),
+            )
         return query_pb2.QueryResponse(
             results=results[: request.top_k or 10],
             meta=query_pb2.QueryMeta(
-                coverage_ratio=coverage, namespaces_queried=list(request.namespaces),
-                namespaces_succeeded=succeeded, namespaces_failed=failed))
+                coverage_ratio=coverage,
+                namespaces_queried=list(request.namespaces),
+                namespaces_succeeded=succeeded,
+                namespaces_failed=failed,
+            ),
+        )
 
-    def GetDocument(self, request: query_pb2.GetDocumentRequest,
-                    context: grpc.ServicerContext) -> Any:
+    def GetDocument(
+        self, request: query_pb2.GetDocumentRequest, context: grpc.ServicerContext
+    ) -> Any:
         self._seen(request)
         if request.document_id not in self.documents:
-            abort(context, rich_status(
-                grpc.StatusCode.NOT_FOUND,
-                failure_pb("DOCUMENT_NOT_FOUND", Category.CATEGORY_PERMANENT,
-                           data={"namespace": request.namespace,
-                                 "document_id": request.document_id})))
-        return query_pb2.GetDocumentResponse(document=self._document(request.namespace,
-                                                                     request.document_id, True))
+            abort(
+                context,
+                rich_status(
+                    grpc.StatusCode.NOT_FOUND,
+                    failure_pb(
+                        "DOCUMENT_NOT_FOUND",
+                        Category.CATEGORY_PERMANENT,
+                        data={"namespace": request.namespace, "document_id": request.document_id},
+                    ),
+                ),
+            )
+        return query_pb2.GetDocumentResponse(
+            document=self._document(request.namespace, request.document_id, True)
+        )
 
-    def ListDocuments(self, request: query_pb2.ListDocumentsRequest,
-                      context: grpc.ServicerContext) -> Any:
+    def ListDocuments(
+        self, request: query_pb2.ListDocumentsRequest, context: grpc.ServicerContext
+    ) -> Any:
         self._seen(request)
         page, token = _page(self.documents, lambda d: d, request.page_size, request.page_token)
         return query_pb2.ListDocumentsResponse(
             documents=[self._document(request.namespace, d, False) for d in page],
-            next_page_token=token)
+            next_page_token=token,
+        )
 
     @staticmethod
     def _document(namespace: str, document_id: str, with_text: bool) -> query_pb2.Document:
         return query_pb2.Document(
-            namespace=namespace, document_id=document_id,
-            text=f"text of {document_id}" if with_text else "", metadata={"id": document_id},
-            chunk_count=2, content_sha256="ab" * 32, updated_at="2026-01-02T03:04:05Z")
+            namespace=namespace,
+            document_id=document_id,
+            text=f"text of {document_id}" if with_text else "",
+            metadata={"id": document_id},
+            chunk_count=2,
+            content_sha256="ab" * 32,
+            updated_at="2026-01-02T03:04:05Z",
+        )
 
 
 class FakeIngestService(ingest_grpc.IngestServiceServicer):
@@ -212,13 +253,23 @@ class FakeIngestService(ingest_grpc.IngestServiceServicer):
     def CreateNamespace(self, request: Any, context: grpc.ServicerContext) -> Any:
         self._seen(request)
         if request.name in self.namespaces:
-            abort(context, rich_status(
-                grpc.StatusCode.ALREADY_EXISTS,
-                failure_pb("NAMESPACE_EXISTS", Category.CATEGORY_PERMANENT,
-                           data={"namespace": request.name})))
+            abort(
+                context,
+                rich_status(
+                    grpc.StatusCode.ALREADY_EXISTS,
+                    failure_pb(
+                        "NAMESPACE_EXISTS",
+                        Category.CATEGORY_PERMANENT,
+                        data={"namespace": request.name},
+                    ),
+                ),
+            )
         namespace = ingest_pb2.Namespace(
-            name=request.name, embedding_model="test-model", dimension=8,
-            created_at="2026-01-02T03:04:05Z")
+            name=request.name,
+            embedding_model="test-model",
+            dimension=8,
+            created_at="2026-01-02T03:04:05Z",
+        )
         self.namespaces[request.name] = namespace
         return ingest_pb2.CreateNamespaceResponse(namespace=namespace)
 
@@ -242,11 +293,16 @@ class FakeIngestService(ingest_grpc.IngestServiceServicer):
 
     def CreateDocument(self, request: Any, context: grpc.ServicerContext) -> Any:
         self._seen(request)
-        return ingest_pb2.CreateDocumentResponse(task=ingest_pb2.Task(
-            task_id="task-1", namespace=request.namespace,
-            document_id=request.document.document_id or "generated-1",
-            state=ingest_pb2.TASK_STATE_QUEUED,
-            agent_decision_hint=ingest_pb2.AGENT_DECISION_HINT_POLL_AGAIN, poll_after_ms=500))
+        return ingest_pb2.CreateDocumentResponse(
+            task=ingest_pb2.Task(
+                task_id="task-1",
+                namespace=request.namespace,
+                document_id=request.document.document_id or "generated-1",
+                state=ingest_pb2.TASK_STATE_QUEUED,
+                agent_decision_hint=ingest_pb2.AGENT_DECISION_HINT_POLL_AGAIN,
+                poll_after_ms=500,
+            )
+        )
 
     def BatchCreateDocuments(self, request: Any, context: grpc.ServicerContext) -> Any:
         """Documents whose text is empty are refused; the others are accepted."""
@@ -255,22 +311,38 @@ class FakeIngestService(ingest_grpc.IngestServiceServicer):
         for index, document in enumerate(request.documents):
             document_id = document.document_id or f"generated-{index}"
             if document.text:
-                results.append(ingest_pb2.BatchDocumentResult(
-                    batch_index=index, document_id=document_id,
-                    outcome=ingest_pb2.DOCUMENT_OUTCOME_ACCEPTED, task_id=f"task-{index}"))
+                results.append(
+                    ingest_pb2.BatchDocumentResult(
+                        batch_index=index,
+                        document_id=document_id,
+                        outcome=ingest_pb2.DOCUMENT_OUTCOME_ACCEPTED,
+                        task_id=f"task-{index}",
+                    )
+                )
             else:
-                results.append(ingest_pb2.BatchDocumentResult(
-                    batch_index=index, document_id=document_id,
-                    outcome=ingest_pb2.DOCUMENT_OUTCOME_FAILED))
-                failed.append(failure_pb(
-                    "INVALID_ARGUMENT", Category.CATEGORY_PERMANENT,
-                    data={"field": f"documents[{index}].text", "rule": "required"},
-                    batch_index=index, document_id=document_id))
+                results.append(
+                    ingest_pb2.BatchDocumentResult(
+                        batch_index=index,
+                        document_id=document_id,
+                        outcome=ingest_pb2.DOCUMENT_OUTCOME_FAILED,
+                    )
+                )
+                failed.append(
+                    failure_pb(
+                        "INVALID_ARGUMENT",
+                        Category.CATEGORY_PERMANENT,
+                        data={"field": f"documents[{index}].text", "rule": "required"},
+                        batch_index=index,
+                        document_id=document_id,
+                    )
+                )
         accepted = len(request.documents) - len(failed)
         return ingest_pb2.BatchCreateDocumentsResponse(
             results=results,
-            meta=ingest_pb2.BatchMeta(coverage_ratio=accepted / len(request.documents),
-                                      failed=failed))
+            meta=ingest_pb2.BatchMeta(
+                coverage_ratio=accepted / len(request.documents), failed=failed
+            ),
+        )
 
     def DeleteDocument(self, request: Any, context: grpc.ServicerContext) -> Any:
         self._seen(request)
@@ -284,10 +356,17 @@ class FakeIngestService(ingest_grpc.IngestServiceServicer):
             self.task_polls.append(time.monotonic())
             step = min(len(self.task_polls), len(self.task_script)) - 1
         if step < 0:
-            abort(context, rich_status(
-                grpc.StatusCode.NOT_FOUND,
-                failure_pb("TASK_NOT_FOUND", Category.CATEGORY_PERMANENT,
-                           data={"task_id": request.task_id})))
+            abort(
+                context,
+                rich_status(
+                    grpc.StatusCode.NOT_FOUND,
+                    failure_pb(
+                        "TASK_NOT_FOUND",
+                        Category.CATEGORY_PERMANENT,
+                        data={"task_id": request.task_id},
+                    ),
+                ),
+            )
         task = ingest_pb2.Task()
         task.CopyFrom(self.task_script[step])
         task.task_id = request.task_id
@@ -295,10 +374,15 @@ class FakeIngestService(ingest_grpc.IngestServiceServicer):
 
     def CancelTask(self, request: Any, context: grpc.ServicerContext) -> Any:
         self._seen(request)
-        return ingest_pb2.CancelTaskResponse(task=ingest_pb2.Task(
-            task_id=request.task_id, state=ingest_pb2.TASK_STATE_CANCELLING,
-            phase=ingest_pb2.TASK_PHASE_EMBEDDING,
-            agent_decision_hint=ingest_pb2.AGENT_DECISION_HINT_POLL_AGAIN, poll_after_ms=250))
+        return ingest_pb2.CancelTaskResponse(
+            task=ingest_pb2.Task(
+                task_id=request.task_id,
+                state=ingest_pb2.TASK_STATE_CANCELLING,
+                phase=ingest_pb2.TASK_PHASE_EMBEDDING,
+                agent_decision_hint=ingest_pb2.AGENT_DECISION_HINT_POLL_AGAIN,
+                poll_after_ms=250,
+            )
+        )
 
 
 def serve(

@@ -31,18 +31,24 @@ from reachstore.query.v1 import query_service_pb2 as query_pb2
 def test_a_partial_search_returns_what_worked_and_what_to_do_about_the_rest(
     client: Client, served: Served
 ) -> None:
-    resp = client.search(["policy", "slow-orders", "nope"], "refunds", top_k=5,
-                         filter={"lang": "en"}, timeout_ms=300)
+    resp = client.search(
+        ["policy", "slow-orders", "nope"], "refunds", top_k=5, filter={"lang": "en"}, timeout_ms=300
+    )
 
     assert isinstance(resp, SearchResponse)
     assert [(r.namespace, r.document_id, r.metadata) for r in resp.results] == [
-        ("policy", "policy-doc", {"source": "policy"})]
+        ("policy", "policy-doc", {"source": "policy"})
+    ]
     assert resp.meta.coverage_ratio == pytest.approx(1 / 3)
     assert resp.meta.namespaces_succeeded == ["policy"]
-    retry = [(f["namespace"], f["retry_after_ms"]) for f in resp.meta.namespaces_failed
-             if f["retryable"]]
-    missing = [(f.namespace, f.category, f.structured_data) for f in resp.meta.namespaces_failed
-               if not f.retryable]
+    retry = [
+        (f["namespace"], f["retry_after_ms"]) for f in resp.meta.namespaces_failed if f["retryable"]
+    ]
+    missing = [
+        (f.namespace, f.category, f.structured_data)
+        for f in resp.meta.namespaces_failed
+        if not f.retryable
+    ]
     assert retry == [("slow-orders", 1000)]
     assert missing == [("nope", "permanent", {"namespace": "nope", "index_state": "unavailable"})]
 
@@ -50,7 +56,11 @@ def test_a_partial_search_returns_what_worked_and_what_to_do_about_the_rest(
     assert isinstance(sent, query_pb2.QueryRequest)
     assert list(sent.namespaces) == ["policy", "slow-orders", "nope"]
     assert (sent.query, sent.top_k, dict(sent.filter), sent.timeout_ms) == (
-        "refunds", 5, {"lang": "en"}, 300)
+        "refunds",
+        5,
+        {"lang": "en"},
+        300,
+    )
     assert not sent.HasField("allow_partial") and not sent.namespace
 
 
@@ -65,7 +75,9 @@ def test_a_strict_search_that_misses_a_namespace_raises_with_the_failures_as_det
     assert error.grpc_code is grpc.StatusCode.UNAVAILABLE
     assert error.structured_data["field"] == "allow_partial"
     assert [(d["namespace"], d["category"]) for d in error.details] == [
-        ("slow-orders", "timeout"), ("nope", "permanent")]
+        ("slow-orders", "timeout"),
+        ("nope", "permanent"),
+    ]
     assert isinstance(error.__cause__, grpc.RpcError)
     assert served.query.requests[-1].allow_partial is False
 
@@ -121,9 +133,7 @@ def test_listing_namespaces_follows_every_page(client: Client, served: Served) -
 # --- documents -------------------------------------------------------------------------------
 
 
-def test_listing_documents_follows_every_page_without_texts(
-    client: Client, served: Served
-) -> None:
+def test_listing_documents_follows_every_page_without_texts(client: Client, served: Served) -> None:
     documents = list(client.list_documents("guide", page_size=2))
 
     assert [d.document_id for d in documents] == [f"doc-{i}" for i in range(5)]
@@ -135,7 +145,10 @@ def test_listing_documents_follows_every_page_without_texts(
 def test_a_document_is_read_in_full_and_a_missing_one_is_not_found(client: Client) -> None:
     document = client.get_document("guide", "doc-3")
     assert (document.namespace, document.document_id, document.text) == (
-        "guide", "doc-3", "text of doc-3")
+        "guide",
+        "doc-3",
+        "text of doc-3",
+    )
     assert document.metadata == {"id": "doc-3"} and document.chunk_count == 2
 
     with pytest.raises(NotFoundError) as caught:
@@ -145,16 +158,23 @@ def test_a_document_is_read_in_full_and_a_missing_one_is_not_found(client: Clien
 
 
 def test_adding_a_document_returns_its_queued_task(client: Client, served: Served) -> None:
-    task = client.add_document("guide", "hello", document_id="d1", metadata={"k": "v"},
-                               on_duplicate="overwrite")
+    task = client.add_document(
+        "guide", "hello", document_id="d1", metadata={"k": "v"}, on_duplicate="overwrite"
+    )
 
     assert isinstance(task, Task)
     assert (task.state, task.agent_decision_hint, task.poll_after_ms) == (
-        "queued", "poll_again", 500)
+        "queued",
+        "poll_again",
+        500,
+    )
     sent = served.ingest.requests[-1]
     assert isinstance(sent, ingest_pb2.CreateDocumentRequest)
     assert (sent.namespace, sent.document.document_id, sent.document.text) == (
-        "guide", "d1", "hello")
+        "guide",
+        "d1",
+        "hello",
+    )
     assert dict(sent.document.metadata) == {"k": "v"}
     assert sent.on_duplicate == ingest_pb2.ON_DUPLICATE_OVERWRITE
 
@@ -162,18 +182,28 @@ def test_adding_a_document_returns_its_queued_task(client: Client, served: Serve
 def test_a_batch_with_a_bad_document_accepts_the_rest_and_says_why(
     client: Client, served: Served
 ) -> None:
-    resp = client.add_documents("guide", [
-        {"text": "first", "document_id": "a"},
-        DocumentInput(text="", document_id="b"),
-        {"text": "third"},
-    ], on_duplicate="skip")
+    resp = client.add_documents(
+        "guide",
+        [
+            {"text": "first", "document_id": "a"},
+            DocumentInput(text="", document_id="b"),
+            {"text": "third"},
+        ],
+        on_duplicate="skip",
+    )
 
     assert [(r.document_id, r.outcome, r.task_id) for r in resp.results] == [
-        ("a", "accepted", "task-0"), ("b", "failed", None), ("generated-2", "accepted", "task-2")]
+        ("a", "accepted", "task-0"),
+        ("b", "failed", None),
+        ("generated-2", "accepted", "task-2"),
+    ]
     assert resp.meta.coverage_ratio == pytest.approx(2 / 3)
     (failed,) = resp.meta.failed
     assert (failed["batch_index"], failed["document_id"], failed["category"]) == (
-        1, "b", "permanent")
+        1,
+        "b",
+        "permanent",
+    )
     assert failed["structured_data"] == {"field": "documents[1].text", "rule": "required"}
     assert resp.results[1].failure == failed
     assert served.ingest.requests[-1].on_duplicate == ingest_pb2.ON_DUPLICATE_SKIP
@@ -192,8 +222,9 @@ _POLL = ingest_pb2.AGENT_DECISION_HINT_POLL_AGAIN
 
 
 def _running(state: int, phase: int, percent: int, poll_ms: int) -> ingest_pb2.Task:
-    return ingest_pb2.Task(state=state, phase=phase, percent=percent,
-                           agent_decision_hint=_POLL, poll_after_ms=poll_ms)
+    return ingest_pb2.Task(
+        state=state, phase=phase, percent=percent, agent_decision_hint=_POLL, poll_after_ms=poll_ms
+    )
 
 
 def test_waiting_for_a_task_follows_poll_after_ms_until_completed(
@@ -204,42 +235,57 @@ def test_waiting_for_a_task_follows_poll_after_ms_until_completed(
         _running(ingest_pb2.TASK_STATE_QUEUED, ingest_pb2.TASK_PHASE_UNSPECIFIED, 0, advised[0]),
         _running(ingest_pb2.TASK_STATE_PROCESSING, ingest_pb2.TASK_PHASE_CHUNKING, 30, advised[1]),
         _running(ingest_pb2.TASK_STATE_PROCESSING, ingest_pb2.TASK_PHASE_INDEXING, 80, advised[2]),
-        ingest_pb2.Task(state=ingest_pb2.TASK_STATE_COMPLETED, percent=100,
-                        agent_decision_hint=ingest_pb2.AGENT_DECISION_HINT_DONE_FETCH_DOC),
+        ingest_pb2.Task(
+            state=ingest_pb2.TASK_STATE_COMPLETED,
+            percent=100,
+            agent_decision_hint=ingest_pb2.AGENT_DECISION_HINT_DONE_FETCH_DOC,
+        ),
     ]
     queued = client.add_document("guide", "hello")
 
     task = client.wait_for_task(queued, timeout=10)
 
     assert (task.task_id, task.state, task.agent_decision_hint, task.percent) == (
-        "task-1", "completed", "done_fetch_doc", 100)
+        "task-1",
+        "completed",
+        "done_fetch_doc",
+        100,
+    )
     polls = served.ingest.task_polls
     assert len(polls) == 4  # one GetTask per scripted step, none after completion
-    gaps_ms = [(later - earlier) * 1000 for earlier, later in zip(polls, polls[1:])]
-    for gap, wait in zip(gaps_ms, advised):
+    gaps_ms = [(later - earlier) * 1000 for earlier, later in zip(polls, polls[1:], strict=False)]
+    for gap, wait in zip(gaps_ms, advised, strict=False):
         assert gap >= wait * 0.9, (gaps_ms, advised)
     # The longest advice really was followed, not a fixed pace.
     assert gaps_ms[1] > gaps_ms[2]
 
 
 def test_waiting_returns_a_failed_task_with_its_error(client: Client, served: Served) -> None:
-    served.ingest.task_script = [ingest_pb2.Task(
-        state=ingest_pb2.TASK_STATE_FAILED,
-        agent_decision_hint=ingest_pb2.AGENT_DECISION_HINT_INSPECT_ERROR_CODE,
-        error=failure_pb("NAMESPACE_UNAVAILABLE", Category.CATEGORY_PERMANENT, namespace="nope"))]
+    served.ingest.task_script = [
+        ingest_pb2.Task(
+            state=ingest_pb2.TASK_STATE_FAILED,
+            agent_decision_hint=ingest_pb2.AGENT_DECISION_HINT_INSPECT_ERROR_CODE,
+            error=failure_pb(
+                "NAMESPACE_UNAVAILABLE", Category.CATEGORY_PERMANENT, namespace="nope"
+            ),
+        )
+    ]
 
     task = client.wait_for_task("t-9", timeout=5)
 
     assert task.state == "failed" and task.error is not None
     assert (task.error["error_code"], task.error["category"]) == (
-        "NAMESPACE_UNAVAILABLE", "permanent")
+        "NAMESPACE_UNAVAILABLE",
+        "permanent",
+    )
 
 
 def test_waiting_too_long_raises_a_timeout_error_with_the_last_state(
     client: Client, served: Served
 ) -> None:
     served.ingest.task_script = [
-        _running(ingest_pb2.TASK_STATE_PROCESSING, ingest_pb2.TASK_PHASE_EMBEDDING, 50, 50)]
+        _running(ingest_pb2.TASK_STATE_PROCESSING, ingest_pb2.TASK_PHASE_EMBEDDING, 50, 50)
+    ]
     started = time.monotonic()
 
     with pytest.raises(TaskWaitTimeoutError) as caught:
@@ -250,7 +296,11 @@ def test_waiting_too_long_raises_a_timeout_error_with_the_last_state(
     assert isinstance(error, TimeoutError) and isinstance(error, DeadlineError)
     assert error.task is not None and error.task.phase == "embedding"
     assert (error.code, error.category, error.retryable, error.retry_after_ms) == (
-        "DEADLINE_EXCEEDED", "timeout", True, 50)
+        "DEADLINE_EXCEEDED",
+        "timeout",
+        True,
+        50,
+    )
     assert error.structured_data == {"task_id": "t-slow", "state": "processing", "waited_ms": 300}
     assert len(served.ingest.task_polls) >= 3
 
@@ -311,7 +361,11 @@ def test_a_stopped_server_is_a_retryable_service_unavailable(served: Served) -> 
     assert time.monotonic() - started < 2  # failed fast, not at the deadline
     error = caught.value
     assert (error.code, error.category, error.retryable, error.retry_after_ms) == (
-        "SERVICE_UNAVAILABLE", "transient", True, 1000)
+        "SERVICE_UNAVAILABLE",
+        "transient",
+        True,
+        1000,
+    )
     assert error.grpc_code is grpc.StatusCode.UNAVAILABLE
 
 

@@ -5,10 +5,28 @@ from __future__ import annotations
 import reachstore
 
 PUBLIC = {
-    "AlreadyExistsError", "AuthError", "BatchMeta", "BatchResponse", "BatchResult", "Client",
-    "DeadlineError", "Document", "DocumentInput", "Failure", "InvalidArgumentError", "Namespace",
-    "NotFoundError", "PermanentError", "QueryMeta", "QuotaError", "ReachstoreError",
-    "SearchResponse", "SearchResult", "Task", "TaskWaitTimeoutError", "TransientError",
+    "AlreadyExistsError",
+    "AuthError",
+    "BatchMeta",
+    "BatchResponse",
+    "BatchResult",
+    "Client",
+    "DeadlineError",
+    "Document",
+    "DocumentInput",
+    "Failure",
+    "InvalidArgumentError",
+    "Namespace",
+    "NotFoundError",
+    "PermanentError",
+    "QueryMeta",
+    "QuotaError",
+    "ReachstoreError",
+    "SearchResponse",
+    "SearchResult",
+    "Task",
+    "TaskWaitTimeoutError",
+    "TransientError",
 }
 
 

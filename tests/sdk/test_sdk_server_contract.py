@@ -43,8 +43,12 @@ PERMANENT_BY_GRPC: dict[grpc.StatusCode, type[ReachstoreError]] = {
 def test_every_catalogue_code_decodes_to_its_family_and_fields(spec: errors.ErrorSpec) -> None:
     extra = errors.make_failure(errors.NAMESPACE_TIMEOUT, namespace="slow")
     server_error = errors.ReachstoreError(
-        spec, "as the server says it", field="some_field",
-        structured_data={"limit": 100}, details=[extra])
+        spec,
+        "as the server says it",
+        field="some_field",
+        structured_data={"limit": 100},
+        details=[extra],
+    )
     status = errors.to_rpc_status(server_error)
 
     error = error_from_status(status, spec.grpc_status)
@@ -61,4 +65,3 @@ def test_every_catalogue_code_decodes_to_its_family_and_fields(spec: errors.Erro
     assert error.structured_data == {"limit": 100, "field": "some_field"}
     assert error.grpc_code is spec.grpc_status
     assert [(d.namespace, d.error_code) for d in error.details] == [("slow", "NAMESPACE_TIMEOUT")]
-

@@ -22,7 +22,9 @@ def test_long_english_text_splits_at_sentences_with_overlap() -> None:
     assert all(len(c) <= 300 for c in chunks)
     for sentence in sentences:  # nothing is lost
         assert any(sentence in c for c in chunks)
-    for previous, current in zip(chunks, chunks[1:]):  # each chunk repeats the last sentence
+    for previous, current in zip(
+        chunks, chunks[1:], strict=False
+    ):  # each chunk repeats the last sentence
         assert previous.rsplit(". ", 1)[-1].rstrip(".") in current
 
 

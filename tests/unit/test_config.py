@@ -14,12 +14,15 @@ def test_defaults_give_sqlite_in_the_data_dir(tmp_path) -> None:  # type: ignore
     assert settings.fault_namespace_delay_ms == {}
 
 
-@pytest.mark.parametrize(("env", "named"), [
-    ({"REACHSTORE_LISTEN": "nohostport"}, "REACHSTORE_LISTEN"),
-    ({"REACHSTORE_EMBED_THREADS": "two"}, "REACHSTORE_EMBED_THREADS"),
-    ({"REACHSTORE_QUERY_TIMEOUT_DEFAULT_MS": "20000"}, "REACHSTORE_QUERY_TIMEOUT_DEFAULT_MS"),
-    ({"REACHSTORE_FAULT_NAMESPACE_DELAY_MS": "slow"}, "REACHSTORE_FAULT_NAMESPACE_DELAY_MS"),
-])
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"REACHSTORE_LISTEN": "nohostport"}, "REACHSTORE_LISTEN"),
+        ({"REACHSTORE_EMBED_THREADS": "two"}, "REACHSTORE_EMBED_THREADS"),
+        ({"REACHSTORE_QUERY_TIMEOUT_DEFAULT_MS": "20000"}, "REACHSTORE_QUERY_TIMEOUT_DEFAULT_MS"),
+        ({"REACHSTORE_FAULT_NAMESPACE_DELAY_MS": "slow"}, "REACHSTORE_FAULT_NAMESPACE_DELAY_MS"),
+    ],
+)
 def test_bad_settings_fail_fast_naming_the_setting(env: dict[str, str], named: str) -> None:
     with pytest.raises(ConfigError, match=named):
         Settings.from_env(env)

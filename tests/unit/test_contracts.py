@@ -19,7 +19,9 @@ METHODS = [
 ]
 
 
-def _carries_partial_failures(message: descriptor.Descriptor, seen: frozenset[str] = frozenset()) -> bool:
+def _carries_partial_failures(
+    message: descriptor.Descriptor, seen: frozenset[str] = frozenset()
+) -> bool:
     """True when the message holds PartialFailure entries, directly or in a nested message."""
     if message.full_name in seen:
         return False
@@ -42,7 +44,8 @@ def test_there_are_services_to_check() -> None:
 @pytest.mark.parametrize("method", METHODS, ids=lambda m: m.full_name)
 def test_every_response_carries_partial_failures(method: descriptor.MethodDescriptor) -> None:
     assert _carries_partial_failures(method.output_type), (
-        f"{method.output_type.full_name} has no repeated PartialFailure field")
+        f"{method.output_type.full_name} has no repeated PartialFailure field"
+    )
 
 
 @pytest.mark.parametrize("method", METHODS, ids=lambda m: m.full_name)

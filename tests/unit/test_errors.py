@@ -31,8 +31,13 @@ def test_unknown_codes_decode_as_internal() -> None:
 
 def test_a_rich_status_carries_the_partial_failure_and_standard_details() -> None:
     extra = errors.make_failure(errors.NAMESPACE_TIMEOUT, namespace="slow")
-    err = errors.ReachstoreError(errors.INCOMPLETE_RESULT, "two of three", field="allow_partial",
-                                 structured_data={"coverage_ratio": 0.5}, details=[extra])
+    err = errors.ReachstoreError(
+        errors.INCOMPLETE_RESULT,
+        "two of three",
+        field="allow_partial",
+        structured_data={"coverage_ratio": 0.5},
+        details=[extra],
+    )
     status = errors.to_rpc_status(err)
     assert status.code == grpc.StatusCode.UNAVAILABLE.value[0]
     failures = errors.failures_from_rpc_status(status)

@@ -72,9 +72,7 @@ class Client:
         self._ingest = ingest_grpc.IngestServiceStub(self._ingest_channel)
 
     @classmethod
-    def local(
-        cls, host: str = "127.0.0.1", grpc_port_base: int = 50051, **kwargs: Any
-    ) -> Client:
+    def local(cls, host: str = "127.0.0.1", grpc_port_base: int = 50051, **kwargs: Any) -> Client:
         """A client for ``reachstore up``: query on the port base, ingest on base + 1."""
         return cls(f"{host}:{grpc_port_base}", f"{host}:{grpc_port_base + 1}", **kwargs)
 
@@ -299,7 +297,9 @@ def _wait_timeout(task_id: str, timeout: float, last: Task | None) -> TaskWaitTi
             retryable=True,
             retry_after_ms=wait,
             structured_data={
-                "task_id": task_id, "state": state, "waited_ms": round(timeout * 1000)
+                "task_id": task_id,
+                "state": state,
+                "waited_ms": round(timeout * 1000),
             },
         ),
         task=last,

@@ -59,7 +59,13 @@ def task_to_pb(task: TaskInfo) -> pb.Task:
         message.poll_after_ms = POLL_AFTER_MS[task.state]
     if task.state == task_states.FAILED:
         spec = errors.lookup(task.error_code)
-        message.error.CopyFrom(errors.make_failure(
-            spec, task.error_message or None, structured_data=task.error_data,
-            document_id=task.document_id, namespace=task.namespace))
+        message.error.CopyFrom(
+            errors.make_failure(
+                spec,
+                task.error_message or None,
+                structured_data=task.error_data,
+                document_id=task.document_id,
+                namespace=task.namespace,
+            )
+        )
     return message

@@ -67,8 +67,13 @@ def _check_document(doc: pb.DocumentInput, field: str) -> str:
 
 
 class IngestServicer(pb_grpc.IngestServiceServicer):
-    def __init__(self, store: SemanticStore, tasks: TaskStore, embedder: Embedder,
-                 wake_worker: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        store: SemanticStore,
+        tasks: TaskStore,
+        embedder: Embedder,
+        wake_worker: Callable[[], None],
+    ) -> None:
         self._store = store
         self._tasks = tasks
         self._embedder = embedder
@@ -87,36 +92,48 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
 
     # --- namespaces -------------------------------------------------------------------
 
-    async def CreateNamespace(self, request: pb.CreateNamespaceRequest,
-                              context: grpc.aio.ServicerContext) -> pb.CreateNamespaceResponse:
+    async def CreateNamespace(
+        self, request: pb.CreateNamespaceRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CreateNamespaceResponse:
         tenant = caller_tenant(context)
         names.check_namespace_name(request.name, "name")
         try:
-            info = await self._run(self._store.create_namespace, tenant, request.name,
-                                   self._embedder.model_id, self._embedder.dimension)
+            info = await self._run(
+                self._store.create_namespace,
+                tenant,
+                request.name,
+                self._embedder.model_id,
+                self._embedder.dimension,
+            )
         except NamespaceExists:
             raise errors.ReachstoreError(
-                errors.NAMESPACE_EXISTS, f"namespace {request.name!r} already exists",
-                structured_data={"namespace": request.name}) from None
+                errors.NAMESPACE_EXISTS,
+                f"namespace {request.name!r} already exists",
+                structured_data={"namespace": request.name},
+            ) from None
         return pb.CreateNamespaceResponse(namespace=namespace_to_pb(info))
 
-    async def GetNamespace(self, request: pb.GetNamespaceRequest,
-                           context: grpc.aio.ServicerContext) -> pb.GetNamespaceResponse:
+    async def GetNamespace(
+        self, request: pb.GetNamespaceRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetNamespaceResponse:
         info = await self._namespace(caller_tenant(context), request.name, "name")
         return pb.GetNamespaceResponse(namespace=namespace_to_pb(info))
 
-    async def ListNamespaces(self, request: pb.ListNamespacesRequest,
-                             context: grpc.aio.ServicerContext) -> pb.ListNamespacesResponse:
+    async def ListNamespaces(
+        self, request: pb.ListNamespacesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListNamespacesResponse:
         size = names.page_size(request.page_size)
         after = paging.decode_token(request.page_token)
         rows = await self._run(self._store.list_namespaces, caller_tenant(context), size + 1, after)
         page = rows[:size]
         token = paging.encode_token(page[-1].name) if len(rows) > size else ""
-        return pb.ListNamespacesResponse(namespaces=[namespace_to_pb(r) for r in page],
-                                         next_page_token=token)
+        return pb.ListNamespacesResponse(
+            namespaces=[namespace_to_pb(r) for r in page], next_page_token=token
+        )
 
-    async def DeleteNamespace(self, request: pb.DeleteNamespaceRequest,
-                              context: grpc.aio.ServicerContext) -> pb.DeleteNamespaceResponse:
+    async def DeleteNamespace(
+        self, request: pb.DeleteNamespaceRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteNamespaceResponse:
         tenant = caller_tenant(context)
         names.check_namespace_name(request.name, "name")
         if not await self._run(self._store.delete_namespace, tenant, request.name):
@@ -126,8 +143,9 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
 
     # --- documents --------------------------------------------------------------------
 
-    async def CreateDocument(self, request: pb.CreateDocumentRequest,
-                             context: grpc.aio.ServicerContext) -> pb.CreateDocumentResponse:
+    async def CreateDocument(
+        self, request: pb.CreateDocumentRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CreateDocumentResponse:
         names.check_namespace_name(request.namespace, "namespace")
         if not request.HasField("document"):
             raise errors.invalid("document", "is required")
@@ -135,9 +153,19 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
         on_duplicate = _on_duplicate(request.on_duplicate)
         # Whether the namespace exists, and whether the id is taken, are decided by the task
         # and reported in its progress: accepting is only about the request's own shape.
-        [task] = await self._run(self._tasks.enqueue, caller_tenant(context), [NewTask(
-            request.namespace, document_id, request.document.text,
-            dict(request.document.metadata), on_duplicate)])
+        [task] = await self._run(
+            self._tasks.enqueue,
+            caller_tenant(context),
+            [
+                NewTask(
+                    request.namespace,
+                    document_id,
+                    request.document.text,
+                    dict(request.document.metadata),
+                    on_duplicate,
+                )
+            ],
+        )
         self._wake_worker()
         return pb.CreateDocumentResponse(task=task_to_pb(task))
 
@@ -160,25 +188,44 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
                 document_id = _check_document(doc, f"documents[{index}]")
                 if document_id in existing and on_duplicate == "error":
                     raise errors.ReachstoreError(
-                        errors.DOCUMENT_EXISTS, f"document {document_id!r} already exists",
-                        structured_data={"document_id": document_id, "on_duplicate": "error"})
+                        errors.DOCUMENT_EXISTS,
+                        f"document {document_id!r} already exists",
+                        structured_data={"document_id": document_id, "on_duplicate": "error"},
+                    )
             except errors.ReachstoreError as exc:
                 failure = exc.failure
                 failure.document_id, failure.batch_index = doc.document_id, index
                 failed.append(failure)
-                results.append(pb.BatchDocumentResult(
-                    batch_index=index, document_id=doc.document_id,
-                    outcome=pb.DOCUMENT_OUTCOME_FAILED))
+                results.append(
+                    pb.BatchDocumentResult(
+                        batch_index=index,
+                        document_id=doc.document_id,
+                        outcome=pb.DOCUMENT_OUTCOME_FAILED,
+                    )
+                )
                 continue
             if document_id in existing and on_duplicate == "skip":
-                results.append(pb.BatchDocumentResult(
-                    batch_index=index, document_id=document_id,
-                    outcome=pb.DOCUMENT_OUTCOME_SKIPPED))
+                results.append(
+                    pb.BatchDocumentResult(
+                        batch_index=index,
+                        document_id=document_id,
+                        outcome=pb.DOCUMENT_OUTCOME_SKIPPED,
+                    )
+                )
                 continue
-            results.append(pb.BatchDocumentResult(
-                batch_index=index, document_id=document_id, outcome=pb.DOCUMENT_OUTCOME_ACCEPTED))
-            accepted.append((index, NewTask(namespace.name, document_id, doc.text,
-                                            dict(doc.metadata), on_duplicate)))
+            results.append(
+                pb.BatchDocumentResult(
+                    batch_index=index, document_id=document_id, outcome=pb.DOCUMENT_OUTCOME_ACCEPTED
+                )
+            )
+            accepted.append(
+                (
+                    index,
+                    NewTask(
+                        namespace.name, document_id, doc.text, dict(doc.metadata), on_duplicate
+                    ),
+                )
+            )
         if accepted:
             tasks = await self._run(self._tasks.enqueue, tenant, [t for _, t in accepted])
             for (index, _), task in zip(accepted, tasks, strict=True):
@@ -191,53 +238,75 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
     def _check_envelope(docs: Sequence[pb.DocumentInput]) -> None:
         """Faults of the batch as a whole: nothing of it is accepted."""
         if not docs:
-            raise errors.ReachstoreError(errors.BATCH_EMPTY, "documents: the batch is empty",
-                                         field="documents",
-                                         structured_data={"limit": names.MAX_BATCH_DOCUMENTS, "actual": 0})
+            raise errors.ReachstoreError(
+                errors.BATCH_EMPTY,
+                "documents: the batch is empty",
+                field="documents",
+                structured_data={"limit": names.MAX_BATCH_DOCUMENTS, "actual": 0},
+            )
         if len(docs) > names.MAX_BATCH_DOCUMENTS:
             raise errors.ReachstoreError(
                 errors.BATCH_TOO_LARGE,
                 f"documents: {len(docs)} documents; at most {names.MAX_BATCH_DOCUMENTS} per batch",
                 field="documents",
-                structured_data={"limit": names.MAX_BATCH_DOCUMENTS, "actual": len(docs)})
+                structured_data={"limit": names.MAX_BATCH_DOCUMENTS, "actual": len(docs)},
+            )
         total = sum(len(d.text.encode()) for d in docs)
         if total > names.MAX_BATCH_BYTES:
             raise errors.ReachstoreError(
                 errors.BATCH_TOO_LARGE,
                 f"documents: {total} bytes of text; at most {names.MAX_BATCH_BYTES} per batch",
                 field="documents",
-                structured_data={"limit_bytes": names.MAX_BATCH_BYTES, "actual_bytes": total})
+                structured_data={"limit_bytes": names.MAX_BATCH_BYTES, "actual_bytes": total},
+            )
         seen: dict[str, int] = {}
-        duplicates = sorted({d.document_id for i, d in enumerate(docs)
-                             if d.document_id and seen.setdefault(d.document_id, i) != i})
+        duplicates = sorted(
+            {
+                d.document_id
+                for i, d in enumerate(docs)
+                if d.document_id and seen.setdefault(d.document_id, i) != i
+            }
+        )
         if duplicates:
             raise errors.ReachstoreError(
                 errors.DUPLICATE_DOCUMENT_IDS,
                 f"documents: ids appear more than once: {', '.join(duplicates[:10])}",
-                field="documents", structured_data={"duplicate_ids": duplicates[:100]})
+                field="documents",
+                structured_data={"duplicate_ids": duplicates[:100]},
+            )
 
-    async def DeleteDocument(self, request: pb.DeleteDocumentRequest,
-                             context: grpc.aio.ServicerContext) -> pb.DeleteDocumentResponse:
+    async def DeleteDocument(
+        self, request: pb.DeleteDocumentRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteDocumentResponse:
         tenant = caller_tenant(context)
         namespace = await self._namespace(tenant, request.namespace, "namespace")
         names.check_document_id(request.document_id, "document_id")
-        if not await self._run(self._store.delete_document, tenant, namespace.id, request.document_id):
+        if not await self._run(
+            self._store.delete_document, tenant, namespace.id, request.document_id
+        ):
             raise errors.ReachstoreError(
-                errors.DOCUMENT_NOT_FOUND, f"document {request.document_id!r} not found",
-                structured_data={"namespace": request.namespace, "document_id": request.document_id})
+                errors.DOCUMENT_NOT_FOUND,
+                f"document {request.document_id!r} not found",
+                structured_data={
+                    "namespace": request.namespace,
+                    "document_id": request.document_id,
+                },
+            )
         return pb.DeleteDocumentResponse()
 
     # --- tasks ------------------------------------------------------------------------
 
-    async def GetTask(self, request: pb.GetTaskRequest,
-                      context: grpc.aio.ServicerContext) -> pb.GetTaskResponse:
+    async def GetTask(
+        self, request: pb.GetTaskRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetTaskResponse:
         task = await self._run(self._tasks.get, caller_tenant(context), request.task_id)
         if task is None:
             raise _task_not_found(request.task_id)
         return pb.GetTaskResponse(task=task_to_pb(task))
 
-    async def CancelTask(self, request: pb.CancelTaskRequest,
-                         context: grpc.aio.ServicerContext) -> pb.CancelTaskResponse:
+    async def CancelTask(
+        self, request: pb.CancelTaskRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CancelTaskResponse:
         task = await self._run(self._tasks.request_cancel, caller_tenant(context), request.task_id)
         if task is None:
             raise _task_not_found(request.task_id)
@@ -245,6 +314,6 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
 
 
 def _task_not_found(task_id: str) -> errors.ReachstoreError:
-    return errors.ReachstoreError(errors.TASK_NOT_FOUND, "no task has this id",
-                                  structured_data={"task_id": task_id[:64]})
-
+    return errors.ReachstoreError(
+        errors.TASK_NOT_FOUND, "no task has this id", structured_data={"task_id": task_id[:64]}
+    )

@@ -46,7 +46,9 @@ def chunk_text(text: str, max_chars: int = MAX_CHARS, overlap: int = OVERLAP_CHA
         return [text] if text else []
     units: list[str] = []
     for sentence in _sentences(text):
-        units.extend(_hard_split(sentence, max_chars, overlap) if len(sentence) > max_chars else [sentence])
+        units.extend(
+            _hard_split(sentence, max_chars, overlap) if len(sentence) > max_chars else [sentence]
+        )
 
     chunks: list[str] = []
     current: list[str] = []

@@ -35,14 +35,23 @@ REBUILD_WAIT_SHARE = 0.8
 def unavailable(name: str, message: str | None = None) -> pf_pb2.PartialFailure:
     """The anti-enumeration failure: identical for "missing" and "not yours"."""
     return errors.make_failure(
-        errors.NAMESPACE_UNAVAILABLE, message or f"namespace {name!r} is unavailable",
-        structured_data={"namespace": name, "index_state": "unavailable"}, namespace=name)
+        errors.NAMESPACE_UNAVAILABLE,
+        message or f"namespace {name!r} is unavailable",
+        structured_data={"namespace": name, "index_state": "unavailable"},
+        namespace=name,
+    )
 
 
 def _document_to_pb(doc: DocumentInfo) -> pb.Document:
-    return pb.Document(namespace=doc.namespace, document_id=doc.document_id, text=doc.text,
-                       metadata=doc.metadata, chunk_count=doc.chunk_count,
-                       content_sha256=doc.content_sha256, updated_at=rfc3339(doc.updated_at))
+    return pb.Document(
+        namespace=doc.namespace,
+        document_id=doc.document_id,
+        text=doc.text,
+        metadata=doc.metadata,
+        chunk_count=doc.chunk_count,
+        content_sha256=doc.content_sha256,
+        updated_at=rfc3339(doc.updated_at),
+    )
 
 
 class QueryServicer(pb_grpc.QueryServiceServicer):
@@ -77,34 +86,44 @@ class QueryServicer(pb_grpc.QueryServiceServicer):
                 errors.DEPRECATED_FIELD,
                 "namespace: the singular field is deprecated; send a list in namespaces",
                 field="namespace",
-                structured_data={"use_instead": "namespaces",
-                                 "example": {"namespaces": [request.namespace[:64]]}})
+                structured_data={
+                    "use_instead": "namespaces",
+                    "example": {"namespaces": [request.namespace[:64]]},
+                },
+            )
         requested = list(dict.fromkeys(request.namespaces))  # de-duplicate, keep order
         if not requested:
-            raise errors.invalid("namespaces", "at least one namespace is required (or [\"*\"])")
+            raise errors.invalid("namespaces", 'at least one namespace is required (or ["*"])')
         if "*" in requested and len(requested) > 1:
-            raise errors.invalid("namespaces", "\"*\" must be the only entry")
+            raise errors.invalid("namespaces", '"*" must be the only entry')
         for i, name in enumerate(requested):
             if name != "*" and not names.is_namespace_name(name):
-                raise errors.invalid(f"namespaces[{i}]", f"must be {names.NAMESPACE_RULE}",
-                                     value=name[:80])
+                raise errors.invalid(
+                    f"namespaces[{i}]", f"must be {names.NAMESPACE_RULE}", value=name[:80]
+                )
         if len(requested) > self._max_namespaces:
             raise errors.ReachstoreError(
                 errors.TOO_MANY_NAMESPACES,
                 f"namespaces: {len(requested)} requested; at most {self._max_namespaces} per query",
                 field="namespaces",
-                structured_data={"limit": self._max_namespaces, "actual": len(requested)})
+                structured_data={"limit": self._max_namespaces, "actual": len(requested)},
+            )
         return requested
 
     def _check(self, request: pb.QueryRequest) -> tuple[int, int]:
         if not request.query.strip():
             raise errors.invalid("query", "is required and must not be blank")
         if len(request.query) > names.MAX_QUERY_CHARS:
-            raise errors.invalid("query", f"at most {names.MAX_QUERY_CHARS} characters",
-                                 limit=names.MAX_QUERY_CHARS, actual=len(request.query))
+            raise errors.invalid(
+                "query",
+                f"at most {names.MAX_QUERY_CHARS} characters",
+                limit=names.MAX_QUERY_CHARS,
+                actual=len(request.query),
+            )
         if not 0 <= request.top_k <= names.MAX_TOP_K:
-            raise errors.invalid("top_k", f"must be between 1 and {names.MAX_TOP_K} "
-                                 f"(0 means {names.DEFAULT_TOP_K})")
+            raise errors.invalid(
+                "top_k", f"must be between 1 and {names.MAX_TOP_K} (0 means {names.DEFAULT_TOP_K})"
+            )
         if request.timeout_ms < 0:
             raise errors.invalid("timeout_ms", "must not be negative (0 means the server default)")
         budget_ms = min(request.timeout_ms or self._default_ms, self._cap_ms)
@@ -112,22 +131,36 @@ class QueryServicer(pb_grpc.QueryServiceServicer):
 
     # --- the query ------------------------------------------------------------------------
 
-    async def Query(self, request: pb.QueryRequest,
-                    context: grpc.aio.ServicerContext) -> pb.QueryResponse:
+    async def Query(
+        self, request: pb.QueryRequest, context: grpc.aio.ServicerContext
+    ) -> pb.QueryResponse:
         tenant = caller_tenant(context)
         requested = self._namespaces(request)
         top_k, budget_ms = self._check(request)
         loop = asyncio.get_running_loop()
         if requested == ["*"]:
             requested = await loop.run_in_executor(self._pool, self._store.namespace_names, tenant)
-        heads = await loop.run_in_executor(self._pool, self._store.namespace_heads, tenant, requested)
+        heads = await loop.run_in_executor(
+            self._pool, self._store.namespace_heads, tenant, requested
+        )
         vector = (await loop.run_in_executor(self._pool, self._embedder.embed, [request.query]))[0]
         metadata_filter = dict(request.filter) or None
 
-        outcomes = await asyncio.gather(*(
-            self._search_namespace(tenant, name, heads.get(name), vector, request.query, top_k,
-                                   metadata_filter, budget_ms)
-            for name in requested))
+        outcomes = await asyncio.gather(
+            *(
+                self._search_namespace(
+                    tenant,
+                    name,
+                    heads.get(name),
+                    vector,
+                    request.query,
+                    top_k,
+                    metadata_filter,
+                    budget_ms,
+                )
+                for name in requested
+            )
+        )
 
         per_namespace = {}
         failed = []
@@ -147,21 +180,41 @@ class QueryServicer(pb_grpc.QueryServiceServicer):
                 f"{len(failed)} of {len(requested)} namespaces did not answer and allow_partial "
                 "is false",
                 retry_after_ms=max(f.retry_after_ms for f in failed) if retryable else None,
-                structured_data={"coverage_ratio": coverage,
-                                 "namespaces_failed": [f.namespace for f in failed]},
-                details=failed)
+                structured_data={
+                    "coverage_ratio": coverage,
+                    "namespaces_failed": [f.namespace for f in failed],
+                },
+                details=failed,
+            )
         results = [
-            pb.QueryResult(namespace=name, document_id=hit.document_id, chunk_index=hit.chunk_index,
-                           text=hit.text, score=hit.score, metadata=hit.metadata)
+            pb.QueryResult(
+                namespace=name,
+                document_id=hit.document_id,
+                chunk_index=hit.chunk_index,
+                text=hit.text,
+                score=hit.score,
+                metadata=hit.metadata,
+            )
             for name, hit in merge_hits(per_namespace, top_k)
         ]
-        meta = pb.QueryMeta(coverage_ratio=coverage, namespaces_queried=requested,
-                            namespaces_succeeded=succeeded, namespaces_failed=failed)
+        meta = pb.QueryMeta(
+            coverage_ratio=coverage,
+            namespaces_queried=requested,
+            namespaces_succeeded=succeeded,
+            namespaces_failed=failed,
+        )
         return pb.QueryResponse(results=results, meta=meta)
 
     async def _search_namespace(
-        self, tenant: str, name: str, head: NamespaceInfo | None, vector: np.ndarray, text: str,
-        top_k: int, metadata_filter: dict[str, str] | None, budget_ms: int,
+        self,
+        tenant: str,
+        name: str,
+        head: NamespaceInfo | None,
+        vector: np.ndarray,
+        text: str,
+        top_k: int,
+        metadata_filter: dict[str, str] | None,
+        budget_ms: int,
     ) -> list | pf_pb2.PartialFailure:
         if head is None:
             return unavailable(name)
@@ -169,8 +222,13 @@ class QueryServicer(pb_grpc.QueryServiceServicer):
             return errors.make_failure(
                 errors.EMBEDDING_MODEL_MISMATCH,
                 f"namespace {name!r} holds vectors of another model than the server runs",
-                structured_data={"namespace": name, "namespace_model": head.embedding_model,
-                                 "server_model": self._embedder.model_id}, namespace=name)
+                structured_data={
+                    "namespace": name,
+                    "namespace_model": head.embedding_model,
+                    "server_model": self._embedder.model_id,
+                },
+                namespace=name,
+            )
         deadline = time.monotonic() + budget_ms / 1000
         slot = self._indexes.slot(tenant, head)
         loop = asyncio.get_running_loop()
@@ -180,12 +238,23 @@ class QueryServicer(pb_grpc.QueryServiceServicer):
             wait_s = budget_ms / 1000 * REBUILD_WAIT_SHARE
             if not await loop.run_in_executor(self._pool, slot.ready.wait, wait_s):
                 return errors.make_failure(
-                    errors.INDEX_REBUILDING, f"namespace {name!r} is rebuilding its index",
+                    errors.INDEX_REBUILDING,
+                    f"namespace {name!r} is rebuilding its index",
                     structured_data={"namespace": name, "index_state": "rebuilding"},
-                    namespace=name)
+                    namespace=name,
+                )
         cancel = CancelToken(deadline=deadline)
-        work = loop.run_in_executor(self._pool, self._search_blocking, slot, head.change_seq,
-                                    vector, text, top_k, metadata_filter, cancel)
+        work = loop.run_in_executor(
+            self._pool,
+            self._search_blocking,
+            slot,
+            head.change_seq,
+            vector,
+            text,
+            top_k,
+            metadata_filter,
+            cancel,
+        )
         try:
             return await asyncio.wait_for(work, max(0.0, deadline - time.monotonic()))
         except (TimeoutError, SearchCancelled):
@@ -194,10 +263,20 @@ class QueryServicer(pb_grpc.QueryServiceServicer):
             return errors.make_failure(
                 errors.NAMESPACE_TIMEOUT,
                 f"namespace {name!r} did not answer within {budget_ms} ms",
-                structured_data={"namespace": name, "timeout_ms": budget_ms}, namespace=name)
+                structured_data={"namespace": name, "timeout_ms": budget_ms},
+                namespace=name,
+            )
 
-    def _search_blocking(self, slot, head_seq: int, vector: np.ndarray, text: str, top_k: int,  # type: ignore[no-untyped-def]
-                         metadata_filter: dict[str, str] | None, cancel: CancelToken) -> list:
+    def _search_blocking(
+        self,
+        slot,
+        head_seq: int,
+        vector: np.ndarray,
+        text: str,
+        top_k: int,  # type: ignore[no-untyped-def]
+        metadata_filter: dict[str, str] | None,
+        cancel: CancelToken,
+    ) -> list:
         self._indexes.catch_up(slot, head_seq, cancel)
         delay_ms = self._fault_delay_ms.get(slot.name, 0)
         if delay_ms:  # fault injection for drills and tests; empty in production
@@ -214,32 +293,44 @@ class QueryServicer(pb_grpc.QueryServiceServicer):
         heads = await asyncio.to_thread(self._store.namespace_heads, tenant, [name])
         if name not in heads:
             raise errors.ReachstoreError(
-                errors.NAMESPACE_UNAVAILABLE, f"namespace {name!r} is unavailable",
-                structured_data={"namespace": name, "index_state": "unavailable"})
+                errors.NAMESPACE_UNAVAILABLE,
+                f"namespace {name!r} is unavailable",
+                structured_data={"namespace": name, "index_state": "unavailable"},
+            )
         return heads[name]
 
-    async def GetDocument(self, request: pb.GetDocumentRequest,
-                          context: grpc.aio.ServicerContext) -> pb.GetDocumentResponse:
+    async def GetDocument(
+        self, request: pb.GetDocumentRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetDocumentResponse:
         tenant = caller_tenant(context)
         await self._namespace(tenant, request.namespace)
         names.check_document_id(request.document_id, "document_id")
-        doc = await asyncio.to_thread(self._store.get_document, tenant, request.namespace,
-                                      request.document_id)
+        doc = await asyncio.to_thread(
+            self._store.get_document, tenant, request.namespace, request.document_id
+        )
         if doc is None:
             raise errors.ReachstoreError(
-                errors.DOCUMENT_NOT_FOUND, f"document {request.document_id!r} not found",
-                structured_data={"namespace": request.namespace, "document_id": request.document_id})
+                errors.DOCUMENT_NOT_FOUND,
+                f"document {request.document_id!r} not found",
+                structured_data={
+                    "namespace": request.namespace,
+                    "document_id": request.document_id,
+                },
+            )
         return pb.GetDocumentResponse(document=_document_to_pb(doc))
 
-    async def ListDocuments(self, request: pb.ListDocumentsRequest,
-                            context: grpc.aio.ServicerContext) -> pb.ListDocumentsResponse:
+    async def ListDocuments(
+        self, request: pb.ListDocumentsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListDocumentsResponse:
         tenant = caller_tenant(context)
         namespace = await self._namespace(tenant, request.namespace)
         size = names.page_size(request.page_size)
         after = paging.decode_token(request.page_token)
-        rows = await asyncio.to_thread(self._store.list_documents, tenant, namespace.id,
-                                       namespace.name, size + 1, after)
+        rows = await asyncio.to_thread(
+            self._store.list_documents, tenant, namespace.id, namespace.name, size + 1, after
+        )
         page = rows[:size]
         token = paging.encode_token(page[-1].document_id) if len(rows) > size else ""
-        return pb.ListDocumentsResponse(documents=[_document_to_pb(d) for d in page],
-                                        next_page_token=token)
+        return pb.ListDocumentsResponse(
+            documents=[_document_to_pb(d) for d in page], next_page_token=token
+        )

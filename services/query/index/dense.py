@@ -165,13 +165,17 @@ class DenseIndex:
 
     # ---- writes ---------------------------------------------------------------------
 
-    def add(self, ids: Iterable[int] | np.ndarray, vectors: np.ndarray, *, copy: bool = True) -> None:
+    def add(
+        self, ids: Iterable[int] | np.ndarray, vectors: np.ndarray, *, copy: bool = True
+    ) -> None:
         """Add vectors (replacing ids that are already present).
 
         With ``copy=False`` a float32 C-contiguous ``vectors`` is kept by reference (its
         rows are stored, not copied); the caller must not modify it afterwards.
         """
-        ids_arr = np.asarray(list(ids) if not isinstance(ids, np.ndarray) else ids, dtype=np.int64).ravel()
+        ids_arr = np.asarray(
+            list(ids) if not isinstance(ids, np.ndarray) else ids, dtype=np.int64
+        ).ravel()
         if len(ids_arr) == 0:
             return
         if copy:
@@ -181,7 +185,9 @@ class DenseIndex:
         if vecs.ndim == 1:
             vecs = vecs.reshape(1, -1)
         if vecs.shape != (len(ids_arr), self.dim):
-            raise ValueError(f"expected vectors of shape ({len(ids_arr)}, {self.dim}), got {vecs.shape}")
+            raise ValueError(
+                f"expected vectors of shape ({len(ids_arr)}, {self.dim}), got {vecs.shape}"
+            )
         if len(np.unique(ids_arr)) != len(ids_arr):
             raise ValueError("duplicate ids in one add")
         if not np.isfinite(vecs).all():
@@ -236,7 +242,9 @@ class DenseIndex:
             for cid in present:
                 self._tombstones.add(self._label_of.pop(cid))
             self._tomb_sel = faiss.IDSelectorNot(
-                faiss.IDSelectorBatch(np.fromiter(self._tombstones, dtype=np.int64, count=len(self._tombstones)))
+                faiss.IDSelectorBatch(
+                    np.fromiter(self._tombstones, dtype=np.int64, count=len(self._tombstones))
+                )
             )
         return len(present)
 
@@ -266,7 +274,11 @@ class DenseIndex:
         """
         n = len(self._vectors)
         ids_arr = np.fromiter(self._vectors.keys(), dtype=np.int64, count=n)
-        vecs = np.stack(list(self._vectors.values())) if n else np.zeros((0, self.dim), dtype=np.float32)
+        vecs = (
+            np.stack(list(self._vectors.values()))
+            if n
+            else np.zeros((0, self.dim), dtype=np.float32)
+        )
         want_hnsw = n > self.hnsw_threshold or (
             self._mode == "hnsw" and n > HNSW_FLAT_RETURN * self.hnsw_threshold
         )
@@ -382,7 +394,9 @@ class DenseIndex:
             return _pairs(distances[0], labels[0])
         assert self._storage is not None
         label_of = self._label_of
-        labels_allowed = np.fromiter((label_of[i] for i in allowed if i in label_of), dtype=np.int64)
+        labels_allowed = np.fromiter(
+            (label_of[i] for i in allowed if i in label_of), dtype=np.int64
+        )
         if len(labels_allowed) == 0:
             return []
         sel = faiss.IDSelectorBatch(labels_allowed)
@@ -418,4 +432,4 @@ def _no_check() -> None:
 
 
 def _pairs(distances: np.ndarray, ids: np.ndarray) -> list[tuple[int, float]]:
-    return [(int(i), float(d)) for d, i in zip(distances, ids) if i >= 0]
+    return [(int(i), float(d)) for d, i in zip(distances, ids, strict=False) if i >= 0]

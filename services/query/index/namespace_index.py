@@ -125,7 +125,11 @@ class NamespaceIndex:
             keep: set[int] = set()
             for i, rec in enumerate(new):
                 old = self._records.get(rec.chunk_id)
-                if old is not None and old.text == rec.text and np.array_equal(old.vector, rec.vector):
+                if (
+                    old is not None
+                    and old.text == rec.text
+                    and np.array_equal(old.vector, rec.vector)
+                ):
                     keep.add(rec.chunk_id)
                     new[i] = _with_vector(rec, old.vector)  # share the indexed copy
             gone = [cid for cid in old_ids if cid not in keep]
@@ -181,7 +185,9 @@ class NamespaceIndex:
         if not isinstance(rec, ChunkRecord):
             raise TypeError("chunks must be ChunkRecord instances")
         if rec.document_id != document_id:
-            raise ValueError(f"chunk {rec.chunk_id} has document_id {rec.document_id!r}, not {document_id!r}")
+            raise ValueError(
+                f"chunk {rec.chunk_id} has document_id {rec.document_id!r}, not {document_id!r}"
+            )
         if not isinstance(rec.text, str) or not isinstance(rec.content_hash, str):
             raise TypeError("text and content_hash must be str")
         if not isinstance(rec.metadata, Mapping) or not all(
@@ -190,7 +196,9 @@ class NamespaceIndex:
             raise TypeError("metadata must map str to str")
         vec = np.asarray(rec.vector, dtype=np.float32)
         if vec.shape != (self.dim,):
-            raise ValueError(f"chunk {rec.chunk_id}: vector shape {vec.shape}, expected ({self.dim},)")
+            raise ValueError(
+                f"chunk {rec.chunk_id}: vector shape {vec.shape}, expected ({self.dim},)"
+            )
         if not np.isfinite(vec).all():
             raise ValueError(f"chunk {rec.chunk_id}: vector has non-finite values")
         return ChunkRecord(
@@ -306,12 +314,15 @@ class NamespaceIndex:
         the caller's position in the change stream the snapshot reflects."""
         with self._lock.read():
             docs = [
-                (doc_id, [self._records[cid] for cid in ids]) for doc_id, ids in self._documents.items()
+                (doc_id, [self._records[cid] for cid in ids])
+                for doc_id, ids in self._documents.items()
             ]
             return encode_snapshot(self.dim, seq, docs)
 
     @classmethod
-    def from_snapshot(cls, data: bytes | bytearray | memoryview, **config: object) -> tuple[NamespaceIndex, int]:
+    def from_snapshot(
+        cls, data: bytes | bytearray | memoryview, **config: object
+    ) -> tuple[NamespaceIndex, int]:
         """Rebuild an index from :meth:`snapshot` bytes; returns ``(index, seq)``.
 
         ``config`` are constructor keywords (thresholds are not part of the snapshot).
@@ -343,7 +354,9 @@ class NamespaceIndex:
             self._records[rec.chunk_id] = rec
             self._index_metadata(rec)
         if records:
-            self._dense.bulk_load(np.asarray([r.chunk_id for r in records], dtype=np.int64), batch, copy=False)
+            self._dense.bulk_load(
+                np.asarray([r.chunk_id for r in records], dtype=np.int64), batch, copy=False
+            )
         for rec in records:
             self._lexical.add(rec.chunk_id, rec.text)
 

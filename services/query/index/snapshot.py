@@ -106,7 +106,9 @@ def encode_snapshot(dim: int, seq: int, documents: list[tuple[str, list[ChunkRec
         "dtypes": {"ids": "<i8", "vectors": "<f4"},
     }
     header_b = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    prefix = _PREFIX.pack(MAGIC, FORMAT_VERSION, 0, len(header_b), hashlib.sha256(header_b).digest())
+    prefix = _PREFIX.pack(
+        MAGIC, FORMAT_VERSION, 0, len(header_b), hashlib.sha256(header_b).digest()
+    )
     return b"".join((prefix, header_b, payload))
 
 
@@ -114,12 +116,16 @@ def decode_snapshot(data: bytes | bytearray | memoryview) -> SnapshotContents:
     """Parse and validate a snapshot. Raises :class:`SnapshotCorrupt`."""
     buf = memoryview(data).cast("B")
     if len(buf) < _PREFIX.size:
-        raise SnapshotCorrupt(f"truncated: {len(buf)} bytes is shorter than the {_PREFIX.size}-byte prefix")
+        raise SnapshotCorrupt(
+            f"truncated: {len(buf)} bytes is shorter than the {_PREFIX.size}-byte prefix"
+        )
     magic, version, _reserved, header_len, header_sha = _PREFIX.unpack_from(buf, 0)
     if magic != MAGIC:
         raise SnapshotCorrupt(f"bad magic {bytes(magic)!r}")
     if version != FORMAT_VERSION:
-        raise SnapshotCorrupt(f"unsupported format version {version} (this build reads {FORMAT_VERSION})")
+        raise SnapshotCorrupt(
+            f"unsupported format version {version} (this build reads {FORMAT_VERSION})"
+        )
     header_end = _PREFIX.size + header_len
     if len(buf) < header_end:
         raise SnapshotCorrupt(f"truncated: header needs {header_end} bytes, have {len(buf)}")
@@ -134,8 +140,10 @@ def decode_snapshot(data: bytes | bytearray | memoryview) -> SnapshotContents:
         chunk_count = _int(header["chunk_count"], "chunk_count", minimum=0)
         payload_len = _int(header["payload_length"], "payload_length", minimum=0)
         payload_sha = str(header["payload_sha256"])
-        sections = {name: (_int(header["sections"][name][0], name), _int(header["sections"][name][1], name))
-                    for name in ("ids", "vectors", "records")}
+        sections = {
+            name: (_int(header["sections"][name][0], name), _int(header["sections"][name][1], name))
+            for name in ("ids", "vectors", "records")
+        }
     except SnapshotCorrupt:
         raise
     except (ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError) as exc:
@@ -155,7 +163,9 @@ def decode_snapshot(data: bytes | bytearray | memoryview) -> SnapshotContents:
     }
     for name, rng in expected.items():
         if sections[name] != rng:
-            raise SnapshotCorrupt(f"section {name} is {sections[name]}, expected {rng} for {chunk_count} chunks")
+            raise SnapshotCorrupt(
+                f"section {name} is {sections[name]}, expected {rng} for {chunk_count} chunks"
+            )
     rec_off, rec_len = sections["records"]
     if rec_off != chunk_count * 8 + chunk_count * dim * 4 or rec_off + rec_len != payload_len:
         raise SnapshotCorrupt("records section does not fill the rest of the payload")
@@ -178,7 +188,9 @@ def decode_snapshot(data: bytes | bytearray | memoryview) -> SnapshotContents:
     except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
         raise SnapshotCorrupt(f"unreadable records: {exc!r}") from None
     if len(documents_meta) != doc_count:
-        raise SnapshotCorrupt(f"header says {doc_count} documents, records hold {len(documents_meta)}")
+        raise SnapshotCorrupt(
+            f"header says {doc_count} documents, records hold {len(documents_meta)}"
+        )
     if len(chunks_meta) != chunk_count:
         raise SnapshotCorrupt(f"header says {chunk_count} chunks, records hold {len(chunks_meta)}")
 
