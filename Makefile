@@ -37,10 +37,11 @@ generate: install-test
 check-protos: install-test
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH scripts/check_protos.sh
 
-## Lint and format check (ruff); `make format` rewrites.
+## Lint, format check (ruff) and type check (mypy); `make format` rewrites.
 lint: install-test
 	$(VENV)/bin/ruff check services clients tests bench
 	$(VENV)/bin/ruff format --check services clients tests bench
+	$(VENV)/bin/mypy services clients/python/reachstore
 
 format: install-test
 	$(VENV)/bin/ruff check --fix services clients tests bench

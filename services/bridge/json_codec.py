@@ -19,7 +19,6 @@ import functools
 import math
 import re
 import struct
-from collections.abc import Callable
 from typing import Any
 
 from google.protobuf import json_format, message_factory, struct_pb2
@@ -412,6 +411,6 @@ def message_from_dict(descriptor: Descriptor, data: Any) -> Message:
     return message
 
 
-def message_class(descriptor: Descriptor) -> Callable[[], Message]:
+def message_class(descriptor: Descriptor) -> type[Message]:
     """The generated class for ``descriptor`` (the factory caches it)."""
     return message_factory.GetMessageClass(descriptor)

@@ -81,7 +81,7 @@ class _SchemaCollector:
     def field(self, field: FieldDescriptor) -> dict[str, Any]:
         entry = field.message_type
         if field.is_repeated and entry is not None and entry.GetOptions().map_entry:
-            schema = {
+            schema: dict[str, Any] = {
                 "type": "object",
                 "additionalProperties": self._single(entry.fields_by_name["value"]),
             }

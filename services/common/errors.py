@@ -55,7 +55,7 @@ class ErrorSpec:
     """One entry of the catalogue. Retryable exactly when it has a default wait."""
 
     code: str
-    category: int
+    category: pf_pb2.Category
     grpc_status: grpc.StatusCode
     description: str
     retry_after_ms: int | None = None
@@ -75,7 +75,7 @@ _CATALOGUE: dict[str, ErrorSpec] = {}
 
 def _entry(
     code: str,
-    category: int,
+    category: pf_pb2.Category,
     grpc_status: grpc.StatusCode,
     description: str,
     retry_after_ms: int | None = None,
@@ -301,7 +301,7 @@ def make_failure(
     )
     if batch_index is not None:
         failure.batch_index = batch_index
-    if spec.retryable:
+    if spec.retry_after_ms is not None:  # exactly the retryable codes
         failure.retry_after_ms = spec.retry_after_ms if retry_after_ms is None else retry_after_ms
     return failure
 

@@ -10,6 +10,7 @@ import dataclasses
 import datetime as dt
 import json
 from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
 
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.exc import IntegrityError
@@ -238,18 +239,18 @@ class SemanticStore:
                 )
             )
 
-    def _bump_seq(self, session: Session, tenant: str, namespace_id: int) -> int | None:
+    def _bump_seq(self, session: Session, tenant: str, namespace_id: int) -> int:
         """Takes the namespace's next change seq; the UPDATE also serialises writers."""
         session.execute(
             update(NamespaceRow)
             .where(NamespaceRow.tenant == tenant, NamespaceRow.id == namespace_id)
             .values(change_seq=NamespaceRow.change_seq + 1)
         )
-        return session.scalar(
+        return session.execute(
             select(NamespaceRow.change_seq).where(
                 NamespaceRow.tenant == tenant, NamespaceRow.id == namespace_id
             )
-        )
+        ).scalar_one()
 
     def commit_document(
         self,
@@ -322,18 +323,14 @@ class SemanticStore:
     def document_exists(
         self, session: Session, tenant: str, namespace_id: int, document_id: str
     ) -> bool:
-        return (
-            session.scalar(
-                select(func.count())
-                .select_from(DocumentRow)
-                .where(
-                    DocumentRow.tenant == tenant,
-                    DocumentRow.namespace_id == namespace_id,
-                    DocumentRow.document_id == document_id,
-                )
+        found = session.scalar(
+            select(DocumentRow.id).where(
+                DocumentRow.tenant == tenant,
+                DocumentRow.namespace_id == namespace_id,
+                DocumentRow.document_id == document_id,
             )
-            > 0
         )
+        return found is not None
 
     def delete_document(self, tenant: str, namespace_id: int, document_id: str) -> bool:
         with self._sessions.begin() as session:
@@ -415,5 +412,5 @@ class SemanticStore:
     def session(self) -> Session:
         return self._sessions()
 
-    def begin(self):  # type: ignore[no-untyped-def]
+    def begin(self) -> AbstractContextManager[Session]:
         return self._sessions.begin()

@@ -7,9 +7,9 @@ import datetime as dt
 import json
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import CursorResult, delete, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from services.storage.models import TaskRow, utcnow
@@ -211,11 +211,12 @@ class TaskStore:
         start, which is safe because committing a document is one transaction), and cancels
         that were pending take effect. Returns how many tasks were re-queued."""
         with self._sessions.begin() as session:
-            requeued = session.execute(
+            result = session.execute(
                 update(TaskRow)
                 .where(TaskRow.state == PROCESSING)
                 .values(state=QUEUED, phase="", percent=0, updated_at=utcnow())
-            ).rowcount
+            )
+            requeued = cast(CursorResult[Any], result).rowcount
             session.execute(
                 update(TaskRow)
                 .where(TaskRow.state == CANCELLING)

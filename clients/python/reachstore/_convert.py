@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from google.protobuf import struct_pb2
 from google.protobuf.descriptor import EnumDescriptor
@@ -263,8 +263,8 @@ def document_input_to_pb(document: DocumentInput | Mapping[str, Any]) -> ingest_
     )
 
 
-def on_duplicate_to_pb(word: str) -> int:
+def on_duplicate_to_pb(word: str) -> ingest_pb2.OnDuplicate:
     """``"error"``, ``"skip"`` or ``"overwrite"`` as the OnDuplicate number."""
     if word == "unspecified":
         raise ValueError("on_duplicate must be 'error', 'skip' or 'overwrite'")
-    return enum_number(ON_DUPLICATE, word)
+    return cast(ingest_pb2.OnDuplicate, enum_number(ON_DUPLICATE, word))

@@ -24,7 +24,7 @@ from services.storage.tasks import NewTask, TaskStore
 
 T = TypeVar("T")
 
-_ON_DUPLICATE = {
+_ON_DUPLICATE: dict[int, str] = {
     pb.ON_DUPLICATE_UNSPECIFIED: "error",
     pb.ON_DUPLICATE_ERROR: "error",
     pb.ON_DUPLICATE_SKIP: "skip",

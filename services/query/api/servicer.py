@@ -273,7 +273,7 @@ class QueryServicer(pb_grpc.QueryServiceServicer):
         head_seq: int,
         vector: np.ndarray,
         text: str,
-        top_k: int,  # type: ignore[no-untyped-def]
+        top_k: int,
         metadata_filter: dict[str, str] | None,
         cancel: CancelToken,
     ) -> list:

@@ -372,7 +372,10 @@ class DenseIndex:
             return _pairs(distances[0], labels[0])
         assert self._hnsw is not None
         # faiss does not raise efSearch to the number of results asked for.
-        params = faiss.SearchParametersHNSW(efSearch=max(self.ef_search, 2 * k, fetch))
+        # (faiss's SWIG module gives mypy wrong signatures for its parameter classes.)
+        params = faiss.SearchParametersHNSW(  # type: ignore[attr-defined]
+            efSearch=max(self.ef_search, 2 * k, fetch)
+        )
         sel = self._tomb_sel
         if sel is not None:
             params.sel = sel
@@ -390,7 +393,8 @@ class DenseIndex:
             # IndexIDMap2 translates the selector to its rows; unknown ids never match.
             sel = faiss.IDSelectorBatch(np.fromiter(allowed, dtype=np.int64, count=len(allowed)))
             check()
-            distances, labels = self._flat.search(q, kk, params=faiss.SearchParameters(sel=sel))
+            params = faiss.SearchParameters(sel=sel)  # type: ignore[call-arg]
+            distances, labels = self._flat.search(q, kk, params=params)
             return _pairs(distances[0], labels[0])
         assert self._storage is not None
         label_of = self._label_of
@@ -402,7 +406,8 @@ class DenseIndex:
         sel = faiss.IDSelectorBatch(labels_allowed)
         check()
         # HNSW recall collapses under selective filters; scan the graph's flat storage.
-        distances, labels = self._storage.search(q, kk, params=faiss.SearchParameters(sel=sel))
+        params = faiss.SearchParameters(sel=sel)  # type: ignore[call-arg]
+        distances, labels = self._storage.search(q, kk, params=params)
         keep = labels[0] >= 0
         return _pairs(distances[0][keep], self._label_ids[labels[0][keep]])
 
