@@ -350,6 +350,37 @@ def invalid(field: str, rule: str, **extra: Any) -> ReachstoreError:
     )
 
 
+def namespace_unavailable(name: str) -> ReachstoreError:
+    """The anti-enumeration answer: identical whether the namespace does not exist or the
+    caller may not see it, on every route that takes a namespace."""
+    return ReachstoreError(
+        NAMESPACE_UNAVAILABLE,
+        f"namespace {name!r} is unavailable",
+        structured_data={"namespace": name, "index_state": "unavailable"},
+    )
+
+
+def namespace_unavailable_failure(name: str) -> pf_pb2.PartialFailure:
+    """The same answer as one namespace's failure inside a query response."""
+    failure = namespace_unavailable(name).failure
+    failure.namespace = name
+    return failure
+
+
+def over_limit(
+    spec: ErrorSpec, field: str, what: str, limit: int, actual: int, unit: str = ""
+) -> ReachstoreError:
+    """A size or count limit was passed: the limit and the actual value travel as data
+    (``limit``/``actual``, or ``limit_bytes``/``actual_bytes`` when ``unit`` is "bytes")."""
+    suffix = f"_{unit}" if unit else ""
+    return ReachstoreError(
+        spec,
+        f"{field}: {actual} {what}; at most {limit}",
+        field=field,
+        structured_data={f"limit{suffix}": limit, f"actual{suffix}": actual},
+    )
+
+
 def to_rpc_status(error: ReachstoreError) -> status_pb2.Status:
     """Encodes an error as a google.rpc.Status with standard details plus our PartialFailure."""
     failure = error.failure

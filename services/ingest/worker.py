@@ -15,6 +15,8 @@ import logging
 import threading
 
 import numpy as np
+from google.protobuf import json_format
+from sqlalchemy.orm import Session
 
 from services.common import errors
 from services.embedding import Embedder
@@ -99,43 +101,48 @@ class IngestWorker:
         for item in work:
             self._commit(item)
 
-    def _fail(
-        self, task: ClaimedTask, spec: errors.ErrorSpec, message: str, data: dict[str, object]
-    ) -> None:
-        with self._store.begin() as session:
-            self._tasks.finish(
-                session,
-                task.task_id,
-                states.FAILED,
-                error_code=spec.code,
-                error_message=message,
-                error_data=data,
-            )
+    def _fail(self, session: Session, task: ClaimedTask, error: errors.ReachstoreError) -> None:
+        """Ends a task as failed with ``error``, inside the caller's transaction."""
+        data = json_format.MessageToDict(error.failure.structured_data)
+        self._tasks.finish(
+            session,
+            task.task_id,
+            states.FAILED,
+            error_code=error.code,
+            error_message=error.failure.message,
+            error_data=data,
+        )
 
-    def _precheck(self, task: ClaimedTask) -> bool:
-        """Fails early what cannot succeed, before paying for embeddings."""
-        with self._store.session() as session:
-            namespace = self._store.namespace_in(session, task.tenant, task.namespace)
+    def _refusal(self, session: Session, task: ClaimedTask) -> errors.ReachstoreError | None:
+        """Why the task cannot be stored as asked, judged on the state in ``session``."""
+        namespace = self._store.namespace_in(session, task.tenant, task.namespace)
         if namespace is None:
-            self._fail(
-                task,
-                errors.NAMESPACE_UNAVAILABLE,
-                f"namespace {task.namespace!r} is unavailable",
-                {"namespace": task.namespace, "index_state": "unavailable"},
-            )
-            return False
+            return errors.namespace_unavailable(task.namespace)
         if namespace.embedding_model != self._embedder.model_id:
-            self._fail(
-                task,
+            return errors.ReachstoreError(
                 errors.EMBEDDING_MODEL_MISMATCH,
                 f"namespace {task.namespace!r} holds vectors of another model",
-                {
+                structured_data={
                     "namespace_model": namespace.embedding_model,
                     "server_model": self._embedder.model_id,
                 },
             )
-            return False
-        return True
+        exists = self._store.document_exists(session, task.tenant, namespace.id, task.document_id)
+        if exists and task.on_duplicate == "error":
+            return errors.ReachstoreError(
+                errors.DOCUMENT_EXISTS,
+                f"document {task.document_id!r} already exists",
+                structured_data={"document_id": task.document_id, "on_duplicate": "error"},
+            )
+        return None
+
+    def _precheck(self, task: ClaimedTask) -> bool:
+        """Fails early what cannot succeed, before paying for embeddings."""
+        with self._store.begin() as session:
+            refusal = self._refusal(session, task)
+            if refusal is not None:
+                self._fail(session, task, refusal)
+        return refusal is None
 
     def _embed(self, work: list[_Work]) -> None:
         texts = [c for w in work for c in w.chunks]
@@ -152,37 +159,24 @@ class IngestWorker:
             start += len(item.chunks)
 
     def _commit(self, item: _Work) -> None:
+        """Makes the document searchable, or records why not, in one transaction; the
+        checks run again because the state may have changed while embedding."""
         task = item.task
         assert item.vectors is not None
         with self._store.begin() as session:
             if self._tasks.cancel_requested(session, task.task_id):
                 self._tasks.finish(session, task.task_id, states.CANCELLED)
                 return
-            namespace = self._store.namespace_in(session, task.tenant, task.namespace)
-            if namespace is None:  # deleted while the task ran
-                self._tasks.finish(
-                    session,
-                    task.task_id,
-                    states.FAILED,
-                    error_code=errors.NAMESPACE_UNAVAILABLE.code,
-                    error_message=f"namespace {task.namespace!r} is unavailable",
-                    error_data={"namespace": task.namespace, "index_state": "unavailable"},
-                )
+            refusal = self._refusal(session, task)
+            if refusal is not None:
+                self._fail(session, task, refusal)
                 return
-            exists = self._store.document_exists(
+            namespace = self._store.namespace_in(session, task.tenant, task.namespace)
+            assert namespace is not None
+            skip = task.on_duplicate == "skip" and self._store.document_exists(
                 session, task.tenant, namespace.id, task.document_id
             )
-            if exists and task.on_duplicate == "error":
-                self._tasks.finish(
-                    session,
-                    task.task_id,
-                    states.FAILED,
-                    error_code=errors.DOCUMENT_EXISTS.code,
-                    error_message=f"document {task.document_id!r} already exists",
-                    error_data={"document_id": task.document_id, "on_duplicate": "error"},
-                )
-                return
-            if not (exists and task.on_duplicate == "skip"):
+            if not skip:
                 chunks = [
                     ChunkData(text, sha256(text), vector.tobytes())
                     for text, vector in zip(item.chunks, item.vectors, strict=True)

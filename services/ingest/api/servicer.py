@@ -32,15 +32,6 @@ _ON_DUPLICATE: dict[int, str] = {
 }
 
 
-def _unavailable(name: str) -> errors.ReachstoreError:
-    # The same answer whether the namespace is missing or not the caller's (anti-enumeration).
-    return errors.ReachstoreError(
-        errors.NAMESPACE_UNAVAILABLE,
-        f"namespace {name!r} is unavailable",
-        structured_data={"namespace": name, "index_state": "unavailable"},
-    )
-
-
 def _on_duplicate(value: int) -> str:
     if value not in _ON_DUPLICATE:
         raise errors.invalid("on_duplicate", "must be skip, overwrite or error")
@@ -56,11 +47,13 @@ def _check_document(doc: pb.DocumentInput, field: str) -> str:
         raise errors.invalid(f"{field}.text", "is required and must not be blank")
     size = len(doc.text.encode())
     if size > names.MAX_DOCUMENT_BYTES:
-        raise errors.ReachstoreError(
+        raise errors.over_limit(
             errors.DOCUMENT_TOO_LARGE,
-            f"{field}.text is {size} bytes; the limit is {names.MAX_DOCUMENT_BYTES}",
-            field=f"{field}.text",
-            structured_data={"limit_bytes": names.MAX_DOCUMENT_BYTES, "actual_bytes": size},
+            f"{field}.text",
+            "bytes",
+            names.MAX_DOCUMENT_BYTES,
+            size,
+            unit="bytes",
         )
     names.check_metadata(dict(doc.metadata), f"{field}.metadata")
     return document_id
@@ -87,7 +80,7 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
         names.check_namespace_name(name, field)
         info = await self._run(self._store.get_namespace, tenant, name)
         if info is None:
-            raise _unavailable(name)
+            raise errors.namespace_unavailable(name)
         return info
 
     # --- namespaces -------------------------------------------------------------------
@@ -137,7 +130,7 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
         tenant = caller_tenant(context)
         names.check_namespace_name(request.name, "name")
         if not await self._run(self._store.delete_namespace, tenant, request.name):
-            raise _unavailable(request.name)
+            raise errors.namespace_unavailable(request.name)
         await self._run(self._tasks.delete_for_namespace, tenant, request.name)
         return pb.DeleteNamespaceResponse()
 
@@ -245,19 +238,22 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
                 structured_data={"limit": names.MAX_BATCH_DOCUMENTS, "actual": 0},
             )
         if len(docs) > names.MAX_BATCH_DOCUMENTS:
-            raise errors.ReachstoreError(
+            raise errors.over_limit(
                 errors.BATCH_TOO_LARGE,
-                f"documents: {len(docs)} documents; at most {names.MAX_BATCH_DOCUMENTS} per batch",
-                field="documents",
-                structured_data={"limit": names.MAX_BATCH_DOCUMENTS, "actual": len(docs)},
+                "documents",
+                "documents",
+                names.MAX_BATCH_DOCUMENTS,
+                len(docs),
             )
         total = sum(len(d.text.encode()) for d in docs)
         if total > names.MAX_BATCH_BYTES:
-            raise errors.ReachstoreError(
+            raise errors.over_limit(
                 errors.BATCH_TOO_LARGE,
-                f"documents: {total} bytes of text; at most {names.MAX_BATCH_BYTES} per batch",
-                field="documents",
-                structured_data={"limit_bytes": names.MAX_BATCH_BYTES, "actual_bytes": total},
+                "documents",
+                "bytes of text",
+                names.MAX_BATCH_BYTES,
+                total,
+                unit="bytes",
             )
         seen: dict[str, int] = {}
         duplicates = sorted(

@@ -32,16 +32,6 @@ from services.storage.repository import DocumentInfo, NamespaceInfo, SemanticSto
 REBUILD_WAIT_SHARE = 0.8
 
 
-def unavailable(name: str, message: str | None = None) -> pf_pb2.PartialFailure:
-    """The anti-enumeration failure: identical for "missing" and "not yours"."""
-    return errors.make_failure(
-        errors.NAMESPACE_UNAVAILABLE,
-        message or f"namespace {name!r} is unavailable",
-        structured_data={"namespace": name, "index_state": "unavailable"},
-        namespace=name,
-    )
-
-
 def _document_to_pb(doc: DocumentInfo) -> pb.Document:
     return pb.Document(
         namespace=doc.namespace,
@@ -102,11 +92,12 @@ class QueryServicer(pb_grpc.QueryServiceServicer):
                     f"namespaces[{i}]", f"must be {names.NAMESPACE_RULE}", value=name[:80]
                 )
         if len(requested) > self._max_namespaces:
-            raise errors.ReachstoreError(
+            raise errors.over_limit(
                 errors.TOO_MANY_NAMESPACES,
-                f"namespaces: {len(requested)} requested; at most {self._max_namespaces} per query",
-                field="namespaces",
-                structured_data={"limit": self._max_namespaces, "actual": len(requested)},
+                "namespaces",
+                "namespaces",
+                self._max_namespaces,
+                len(requested),
             )
         return requested
 
@@ -217,7 +208,7 @@ class QueryServicer(pb_grpc.QueryServiceServicer):
         budget_ms: int,
     ) -> list | pf_pb2.PartialFailure:
         if head is None:
-            return unavailable(name)
+            return errors.namespace_unavailable_failure(name)
         if head.embedding_model != self._embedder.model_id:
             return errors.make_failure(
                 errors.EMBEDDING_MODEL_MISMATCH,
@@ -292,11 +283,7 @@ class QueryServicer(pb_grpc.QueryServiceServicer):
         names.check_namespace_name(name, "namespace")
         heads = await asyncio.to_thread(self._store.namespace_heads, tenant, [name])
         if name not in heads:
-            raise errors.ReachstoreError(
-                errors.NAMESPACE_UNAVAILABLE,
-                f"namespace {name!r} is unavailable",
-                structured_data={"namespace": name, "index_state": "unavailable"},
-            )
+            raise errors.namespace_unavailable(name)
         return heads[name]
 
     async def GetDocument(
