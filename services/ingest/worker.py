@@ -16,6 +16,7 @@ import threading
 
 import numpy as np
 from google.protobuf import json_format
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from services.common import errors
@@ -34,6 +35,15 @@ IDLE_POLL_SECONDS = 0.5
 
 def sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Verdict:
+    """Why a task cannot be stored (``refusal``), or where it goes and whether its id exists."""
+
+    refusal: errors.ReachstoreError | None
+    namespace_id: int | None = None
+    exists: bool = False
 
 
 @dataclasses.dataclass
@@ -90,16 +100,24 @@ class IngestWorker:
 
     def process(self, claimed: list[ClaimedTask]) -> None:
         """Chunks, embeds and commits tasks this worker has claimed."""
-        work = [w for w in (_Work(t) for t in claimed) if self._precheck(w.task)]
+        with self._store.begin() as session:
+            # Fail early what cannot succeed, before paying for embeddings.
+            work = []
+            for task in claimed:
+                verdict = self._judge(session, task)
+                if verdict.refusal is None:
+                    work.append(_Work(task))
+                else:
+                    self._fail(session, task, verdict.refusal)
+        if not work:
+            return
         for item in work:
             item.chunks = chunk_text(item.task.text)
         ids = [w.task.task_id for w in work]
-        if work:
-            self._tasks.set_phase(ids, "embedding", 40)
-            self._embed(work)
-            self._tasks.set_phase(ids, "indexing", 80)
-        for item in work:
-            self._commit(item)
+        self._tasks.set_phase(ids, "embedding", 40)
+        self._embed(work)
+        self._tasks.set_phase(ids, "indexing", 80)
+        self._commit_all(work)
 
     def _fail(self, session: Session, task: ClaimedTask, error: errors.ReachstoreError) -> None:
         """Ends a task as failed with ``error``, inside the caller's transaction."""
@@ -113,36 +131,32 @@ class IngestWorker:
             error_data=data,
         )
 
-    def _refusal(self, session: Session, task: ClaimedTask) -> errors.ReachstoreError | None:
-        """Why the task cannot be stored as asked, judged on the state in ``session``."""
+    def _judge(self, session: Session, task: ClaimedTask) -> _Verdict:
+        """Whether the task can be stored as asked, on the state in ``session``."""
         namespace = self._store.namespace_in(session, task.tenant, task.namespace)
         if namespace is None:
-            return errors.namespace_unavailable(task.namespace)
+            return _Verdict(errors.namespace_unavailable(task.namespace))
         if namespace.embedding_model != self._embedder.model_id:
-            return errors.ReachstoreError(
-                errors.EMBEDDING_MODEL_MISMATCH,
-                f"namespace {task.namespace!r} holds vectors of another model",
-                structured_data={
-                    "namespace_model": namespace.embedding_model,
-                    "server_model": self._embedder.model_id,
-                },
+            return _Verdict(
+                errors.ReachstoreError(
+                    errors.EMBEDDING_MODEL_MISMATCH,
+                    f"namespace {task.namespace!r} holds vectors of another model",
+                    structured_data={
+                        "namespace_model": namespace.embedding_model,
+                        "server_model": self._embedder.model_id,
+                    },
+                )
             )
         exists = self._store.document_exists(session, task.tenant, namespace.id, task.document_id)
         if exists and task.on_duplicate == "error":
-            return errors.ReachstoreError(
-                errors.DOCUMENT_EXISTS,
-                f"document {task.document_id!r} already exists",
-                structured_data={"document_id": task.document_id, "on_duplicate": "error"},
+            return _Verdict(
+                errors.ReachstoreError(
+                    errors.DOCUMENT_EXISTS,
+                    f"document {task.document_id!r} already exists",
+                    structured_data={"document_id": task.document_id, "on_duplicate": "error"},
+                )
             )
-        return None
-
-    def _precheck(self, task: ClaimedTask) -> bool:
-        """Fails early what cannot succeed, before paying for embeddings."""
-        with self._store.begin() as session:
-            refusal = self._refusal(session, task)
-            if refusal is not None:
-                self._fail(session, task, refusal)
-        return refusal is None
+        return _Verdict(None, namespace.id, exists)
 
     def _embed(self, work: list[_Work]) -> None:
         texts = [c for w in work for c in w.chunks]
@@ -158,25 +172,48 @@ class IngestWorker:
             item.vectors = vectors[start : start + len(item.chunks)]
             start += len(item.chunks)
 
-    def _commit(self, item: _Work) -> None:
-        """Makes the document searchable, or records why not, in one transaction; the
-        checks run again because the state may have changed while embedding."""
-        task = item.task
-        assert item.vectors is not None
-        with self._store.begin() as session:
-            if self._tasks.cancel_requested(session, task.task_id):
-                self._tasks.finish(session, task.task_id, states.CANCELLED)
-                return
-            refusal = self._refusal(session, task)
-            if refusal is not None:
-                self._fail(session, task, refusal)
-                return
-            namespace = self._store.namespace_in(session, task.tenant, task.namespace)
-            assert namespace is not None
-            skip = task.on_duplicate == "skip" and self._store.document_exists(
-                session, task.tenant, namespace.id, task.document_id
-            )
-            if not skip:
+    def _commit_all(self, work: list[_Work]) -> None:
+        """Commits a claim's documents in one transaction (one commit is most of the cost of
+        a small document); if that fails, one by one, so one bad document cannot hold back
+        the others."""
+        try:
+            with self._store.begin() as session:
+                self._commit(session, work)
+        except SQLAlchemyError:
+            log.exception("committing %d documents together failed; retrying one by one", len(work))
+            for item in work:
+                try:
+                    with self._store.begin() as session:
+                        self._commit(session, [item])
+                except SQLAlchemyError as exc:
+                    log.exception("committing task %s failed", item.task.task_id)
+                    with self._store.begin() as session:
+                        self._fail(
+                            session,
+                            item.task,
+                            errors.ReachstoreError(
+                                errors.INTERNAL,
+                                f"storing the document failed: {type(exc).__name__}",
+                            ),
+                        )
+
+    def _commit(self, session: Session, work: list[_Work]) -> None:
+        """Makes each document searchable, or records why not. The refusal checks run again
+        because the state may have changed while embedding; a cancel that arrived wins."""
+        states_now = self._tasks.lock_states(session, [w.task.task_id for w in work])
+        completed = []
+        for item in work:
+            task = item.task
+            if states_now.get(task.task_id) != states.PROCESSING:
+                if states_now.get(task.task_id) == states.CANCELLING:
+                    self._tasks.finish(session, task.task_id, states.CANCELLED)
+                continue  # cancelled or deleted with its namespace meanwhile
+            verdict = self._judge(session, task)
+            if verdict.refusal is not None:
+                self._fail(session, task, verdict.refusal)
+                continue
+            assert verdict.namespace_id is not None and item.vectors is not None
+            if not (verdict.exists and task.on_duplicate == "skip"):
                 chunks = [
                     ChunkData(text, sha256(text), vector.tobytes())
                     for text, vector in zip(item.chunks, item.vectors, strict=True)
@@ -184,11 +221,12 @@ class IngestWorker:
                 self._store.commit_document(
                     session,
                     task.tenant,
-                    namespace.id,
+                    verdict.namespace_id,
                     task.document_id,
                     task.text,
                     task.metadata,
                     sha256(task.text),
                     chunks,
                 )
-            self._tasks.finish(session, task.task_id, states.COMPLETED)
+            completed.append(task.task_id)
+        self._tasks.finish(session, completed, states.COMPLETED)

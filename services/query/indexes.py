@@ -39,7 +39,7 @@ FULL_RELOAD_ABOVE = 1000
 
 
 @dataclasses.dataclass
-class _Slot:
+class Slot:
     tenant: str
     namespace_id: int
     name: str
@@ -77,7 +77,7 @@ class IndexManager:
         self._dir = snapshot_dir
         self._dir.mkdir(parents=True, exist_ok=True)
         self._rebuild_delay_s = rebuild_delay_ms / 1000
-        self._slots: dict[int, _Slot] = {}
+        self._slots: dict[int, Slot] = {}
         self._slots_lock = threading.Lock()
 
     # --- loading ------------------------------------------------------------------------
@@ -85,13 +85,13 @@ class IndexManager:
     def _path(self, namespace_id: int) -> Path:
         return self._dir / f"{namespace_id}.snap"
 
-    def slot(self, tenant: str, info: NamespaceInfo) -> _Slot:
+    def slot(self, tenant: str, info: NamespaceInfo) -> Slot:
         """The namespace's slot; the first call starts loading it in the background."""
         with self._slots_lock:
             slot = self._slots.get(info.id)
             if slot is not None:
                 return slot
-            slot = _Slot(tenant, info.id, info.name, info.dimension)
+            slot = Slot(tenant, info.id, info.name, info.dimension)
             self._slots[info.id] = slot
         threading.Thread(
             target=self._load, args=(slot,), name=f"load-{info.id}", daemon=True
@@ -103,7 +103,7 @@ class IndexManager:
         for tenant, info in self._store.all_namespaces():
             self.slot(tenant, info)
 
-    def _load(self, slot: _Slot) -> None:
+    def _load(self, slot: Slot) -> None:
         path = self._path(slot.namespace_id)
         try:
             if path.exists():
@@ -125,7 +125,7 @@ class IndexManager:
             with self._slots_lock:
                 self._slots.pop(slot.namespace_id, None)
 
-    def _rebuild(self, slot: _Slot) -> None:
+    def _rebuild(self, slot: Slot) -> None:
         slot.state = "rebuilding"
         started = time.monotonic()
         if self._rebuild_delay_s:  # fault injection for drills and tests; 0 in production
@@ -146,14 +146,14 @@ class IndexManager:
             time.monotonic() - started,
         )
 
-    def _install(self, slot: _Slot, index: NamespaceIndex, seq: int, dirty: bool) -> None:
+    def _install(self, slot: Slot, index: NamespaceIndex, seq: int, dirty: bool) -> None:
         with slot.lock:
             slot.index, slot.seq, slot.dirty, slot.state = index, seq, dirty, "ready"
         slot.ready.set()
 
     # --- serving ------------------------------------------------------------------------
 
-    def catch_up(self, slot: _Slot, head_seq: int, cancel: CancelToken) -> None:
+    def catch_up(self, slot: Slot, head_seq: int, cancel: CancelToken) -> None:
         """Replays the namespace's changes up to ``head_seq`` into the index (which must be
         ready: callers wait on ``slot.ready`` first)."""
         if slot.seq >= head_seq:
@@ -180,7 +180,7 @@ class IndexManager:
 
     def search(
         self,
-        slot: _Slot,
+        slot: Slot,
         query_vector: np.ndarray,
         query_text: str,
         top_k: int,

@@ -156,28 +156,39 @@ class TaskStore:
                 .values(phase=phase, percent=percent, updated_at=utcnow())
             )
 
-    def cancel_requested(self, session: Session, task_id: str) -> bool:
-        """True when a cancel arrived for a task this worker holds (read in its transaction)."""
-        state = session.scalar(
-            select(TaskRow.state).where(TaskRow.task_id == task_id).with_for_update()
+    def lock_states(self, session: Session, task_ids: Sequence[str]) -> dict[str, str]:
+        """The states of tasks this worker holds, locked until the caller's transaction ends,
+        so a cancel cannot slip in between this read and the commit. The no-op UPDATE takes
+        the write lock on SQLite (where SELECT ... FOR UPDATE does nothing) and the row
+        locks on PostgreSQL."""
+        ids = list(task_ids)
+        session.execute(
+            update(TaskRow).where(TaskRow.task_id.in_(ids)).values(updated_at=TaskRow.updated_at)
         )
-        return state == CANCELLING
+        rows = session.execute(
+            select(TaskRow.task_id, TaskRow.state).where(TaskRow.task_id.in_(ids))
+        )
+        return {task_id: state for task_id, state in rows}
 
     def finish(
         self,
         session: Session,
-        task_id: str,
+        task_ids: str | Sequence[str],
         state: str,
         *,
         error_code: str = "",
         error_message: str = "",
         error_data: dict[str, Any] | None = None,
     ) -> None:
-        """Final state, in the caller's transaction. The submitted text is dropped once the
-        document is stored (or will never be), so tasks do not keep a second copy of it."""
+        """Final state of one or more tasks, in the caller's transaction. The submitted text
+        is dropped once the document is stored (or will never be), so tasks do not keep a
+        second copy of it."""
+        ids = [task_ids] if isinstance(task_ids, str) else list(task_ids)
+        if not ids:
+            return
         session.execute(
             update(TaskRow)
-            .where(TaskRow.task_id == task_id)
+            .where(TaskRow.task_id.in_(ids))
             .values(
                 state=state,
                 phase="",

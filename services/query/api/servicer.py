@@ -1,17 +1,19 @@
 """QueryService: the partial-success query, and document reads.
 
-A query searches each namespace concurrently under its own time budget. A namespace that
-fails becomes one PartialFailure; the rest are returned. A search that runs out of time is
-told to stop through its CancelToken (checked between and inside the search stages), so
-timed-out work does not keep running in the background.
+A query searches each namespace under its own time budget (``fanout.py`` says how they
+share threads). A namespace that fails becomes one PartialFailure; the rest are returned.
+A search that runs out of time is told to stop through its CancelToken (checked between
+and inside the search stages), so timed-out work does not keep running in the background.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
+import functools
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import grpc
 import numpy as np
@@ -23,13 +25,30 @@ from services.common import errors, names, paging
 from services.common.identity import caller_tenant
 from services.common.timefmt import rfc3339
 from services.embedding import Embedder
-from services.query.index import CancelToken, SearchCancelled, merge_hits
-from services.query.indexes import IndexManager
+from services.query.fanout import FanOut
+from services.query.index import CancelToken, Hit, SearchCancelled, merge_hits
+from services.query.indexes import IndexManager, Slot
 from services.query.metrics import QueryMetrics
 from services.storage.repository import DocumentInfo, NamespaceInfo, SemanticStore
 
 # Share of a namespace's budget that may be spent waiting for its index to load.
 REBUILD_WAIT_SHARE = 0.8
+
+
+class _Rebuilding(Exception):
+    """The namespace's index did not finish loading within its share of the budget."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """What every namespace search of one query shares."""
+
+    vector: np.ndarray
+    text: str
+    top_k: int
+    metadata_filter: dict[str, str] | None
+    budget_ms: int
+    deadline: float  # time.monotonic() seconds
 
 
 def _document_to_pb(doc: DocumentInfo) -> pb.Document:
@@ -129,33 +148,106 @@ class QueryServicer(pb_grpc.QueryServiceServicer):
         requested = self._namespaces(request)
         top_k, budget_ms = self._check(request)
         loop = asyncio.get_running_loop()
-        if requested == ["*"]:
-            requested = await loop.run_in_executor(self._pool, self._store.namespace_names, tenant)
-        heads = await loop.run_in_executor(
-            self._pool, self._store.namespace_heads, tenant, requested
+        # One hand-off for the two reads every query needs: which namespaces exist (and
+        # their change seq, for read-your-writes) and the question's vector.
+        requested, heads, vector = await loop.run_in_executor(
+            self._pool, self._prepare, tenant, requested, request.query
         )
-        vector = (await loop.run_in_executor(self._pool, self._embedder.embed, [request.query]))[0]
-        metadata_filter = dict(request.filter) or None
-
-        outcomes = await asyncio.gather(
-            *(
-                self._search_namespace(
-                    tenant,
-                    name,
-                    heads.get(name),
-                    vector,
-                    request.query,
-                    top_k,
-                    metadata_filter,
-                    budget_ms,
-                )
-                for name in requested
+        plan = _Plan(
+            vector=vector,
+            text=request.query,
+            top_k=top_k,
+            metadata_filter=dict(request.filter) or None,
+            budget_ms=budget_ms,
+            deadline=time.monotonic() + budget_ms / 1000,
+        )
+        outcomes: dict[str, list[Hit] | pf_pb2.PartialFailure] = {}
+        jobs: dict[str, Callable[[], list[Hit]]] = {}
+        tokens: dict[str, CancelToken] = {}
+        for name in requested:
+            refusal = self._refusal(name, heads.get(name))
+            if refusal is not None:
+                outcomes[name] = refusal
+                continue
+            tokens[name] = CancelToken(deadline=plan.deadline)
+            slot = self._indexes.slot(tenant, heads[name])
+            jobs[name] = functools.partial(
+                self._search_blocking, slot, heads[name].change_seq, plan, tokens[name]
             )
-        )
+        fanout = FanOut(self._pool, jobs)
+        loop_deadline = loop.time() + budget_ms / 1000
+        try:
+            for name in jobs:
+                outcomes[name] = await self._outcome(
+                    fanout, name, tokens[name], plan, loop_deadline
+                )
+        finally:
+            fanout.close()
+        return self._respond(request, requested, outcomes, top_k)
 
-        per_namespace = {}
+    def _prepare(
+        self, tenant: str, requested: list[str], query: str
+    ) -> tuple[list[str], dict[str, NamespaceInfo], np.ndarray]:
+        if requested == ["*"]:
+            requested = self._store.namespace_names(tenant)
+        heads = self._store.namespace_heads(tenant, requested)
+        return requested, heads, self._embedder.embed([query])[0]
+
+    def _refusal(self, name: str, head: NamespaceInfo | None) -> pf_pb2.PartialFailure | None:
+        """The failure of a namespace that cannot be searched at all, if it cannot."""
+        if head is None:
+            return errors.namespace_unavailable_failure(name)
+        if head.embedding_model != self._embedder.model_id:
+            return errors.make_failure(
+                errors.EMBEDDING_MODEL_MISMATCH,
+                f"namespace {name!r} holds vectors of another model than the server runs",
+                structured_data={
+                    "namespace": name,
+                    "namespace_model": head.embedding_model,
+                    "server_model": self._embedder.model_id,
+                },
+                namespace=name,
+            )
+        return None
+
+    async def _outcome(
+        self,
+        fanout: FanOut[list[Hit]],
+        name: str,
+        cancel: CancelToken,
+        plan: _Plan,
+        loop_deadline: float,
+    ) -> list[Hit] | pf_pb2.PartialFailure:
+        try:
+            return await fanout.result(name, loop_deadline)
+        except _Rebuilding:
+            return errors.make_failure(
+                errors.INDEX_REBUILDING,
+                f"namespace {name!r} is rebuilding its index",
+                structured_data={"namespace": name, "index_state": "rebuilding"},
+                namespace=name,
+            )
+        except (TimeoutError, SearchCancelled):
+            cancel.cancel()  # a running search stops at its next checkpoint
+            self.metrics.cancelled.inc()
+            return errors.make_failure(
+                errors.NAMESPACE_TIMEOUT,
+                f"namespace {name!r} did not answer within {plan.budget_ms} ms",
+                structured_data={"namespace": name, "timeout_ms": plan.budget_ms},
+                namespace=name,
+            )
+
+    def _respond(
+        self,
+        request: pb.QueryRequest,
+        requested: list[str],
+        outcomes: Mapping[str, list[Hit] | pf_pb2.PartialFailure],
+        top_k: int,
+    ) -> pb.QueryResponse:
+        per_namespace: dict[str, list[Hit]] = {}
         failed = []
-        for name, outcome in zip(requested, outcomes, strict=True):
+        for name in requested:
+            outcome = outcomes[name]
             if isinstance(outcome, pf_pb2.PartialFailure):
                 failed.append(outcome)
             else:
@@ -196,78 +288,16 @@ class QueryServicer(pb_grpc.QueryServiceServicer):
         )
         return pb.QueryResponse(results=results, meta=meta)
 
-    async def _search_namespace(
-        self,
-        tenant: str,
-        name: str,
-        head: NamespaceInfo | None,
-        vector: np.ndarray,
-        text: str,
-        top_k: int,
-        metadata_filter: dict[str, str] | None,
-        budget_ms: int,
-    ) -> list | pf_pb2.PartialFailure:
-        if head is None:
-            return errors.namespace_unavailable_failure(name)
-        if head.embedding_model != self._embedder.model_id:
-            return errors.make_failure(
-                errors.EMBEDDING_MODEL_MISMATCH,
-                f"namespace {name!r} holds vectors of another model than the server runs",
-                structured_data={
-                    "namespace": name,
-                    "namespace_model": head.embedding_model,
-                    "server_model": self._embedder.model_id,
-                },
-                namespace=name,
-            )
-        deadline = time.monotonic() + budget_ms / 1000
-        slot = self._indexes.slot(tenant, head)
-        loop = asyncio.get_running_loop()
+    def _search_blocking(
+        self, slot: Slot, head_seq: int, plan: _Plan, cancel: CancelToken
+    ) -> list[Hit]:
+        """One namespace's whole search, in a worker thread."""
         if not slot.ready.is_set():
             # A loading index gets most of the budget; if it is still not there the answer
             # is "rebuilding, retry later", which tells the agent more than a timeout would.
-            wait_s = budget_ms / 1000 * REBUILD_WAIT_SHARE
-            if not await loop.run_in_executor(self._pool, slot.ready.wait, wait_s):
-                return errors.make_failure(
-                    errors.INDEX_REBUILDING,
-                    f"namespace {name!r} is rebuilding its index",
-                    structured_data={"namespace": name, "index_state": "rebuilding"},
-                    namespace=name,
-                )
-        cancel = CancelToken(deadline=deadline)
-        work = loop.run_in_executor(
-            self._pool,
-            self._search_blocking,
-            slot,
-            head.change_seq,
-            vector,
-            text,
-            top_k,
-            metadata_filter,
-            cancel,
-        )
-        try:
-            return await asyncio.wait_for(work, max(0.0, deadline - time.monotonic()))
-        except (TimeoutError, SearchCancelled):
-            cancel.cancel()  # the thread stops at its next checkpoint
-            self.metrics.cancelled.inc()
-            return errors.make_failure(
-                errors.NAMESPACE_TIMEOUT,
-                f"namespace {name!r} did not answer within {budget_ms} ms",
-                structured_data={"namespace": name, "timeout_ms": budget_ms},
-                namespace=name,
-            )
-
-    def _search_blocking(
-        self,
-        slot,
-        head_seq: int,
-        vector: np.ndarray,
-        text: str,
-        top_k: int,
-        metadata_filter: dict[str, str] | None,
-        cancel: CancelToken,
-    ) -> list:
+            if not slot.ready.wait(plan.budget_ms / 1000 * REBUILD_WAIT_SHARE):
+                raise _Rebuilding(slot.name)
+        cancel.check()
         self._indexes.catch_up(slot, head_seq, cancel)
         delay_ms = self._fault_delay_ms.get(slot.name, 0)
         if delay_ms:  # fault injection for drills and tests; empty in production
@@ -275,7 +305,9 @@ class QueryServicer(pb_grpc.QueryServiceServicer):
             while time.monotonic() < until:
                 cancel.check()
                 time.sleep(0.005)
-        return self._indexes.search(slot, vector, text, top_k, metadata_filter, cancel)
+        return self._indexes.search(
+            slot, plan.vector, plan.text, plan.top_k, plan.metadata_filter, cancel
+        )
 
     # --- documents --------------------------------------------------------------------------
 

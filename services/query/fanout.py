@@ -1,0 +1,101 @@
+"""Running one blocking job per namespace, each under its own deadline, cheaply.
+
+Measured on 2 cores (bench/bench_storage.py): four 0.5 ms namespace searches handed to
+four pool threads took 4 ms of wall time — thread hand-offs, wake-ups and GIL contention
+cost more than the searches — while the same four run one after another in one thread
+took 2 ms. So the jobs start in a single worker thread, in order. Independence is kept by
+stealing: a job that has not started ``steal_after_s`` after the fan-out began is given a
+thread of its own, so a slow namespace delays the others by at most that long, never by
+its whole budget. A job still unstarted when its caller stops waiting never starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Callable, Mapping
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+# Long enough that a normal run of small searches finishes first (they take ~0.5 ms
+# each), short enough that a stuck one holds the rest back by little.
+DEFAULT_STEAL_AFTER_S = 0.010
+
+
+class FanOut(Generic[T]):
+    """Starts the jobs on construction; ``result(key, deadline)`` waits for one."""
+
+    def __init__(
+        self,
+        pool: concurrent.futures.Executor,
+        jobs: Mapping[str, Callable[[], T]],
+        steal_after_s: float = DEFAULT_STEAL_AFTER_S,
+    ) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._pool = pool
+        self._jobs = dict(jobs)
+        self._lock = threading.Lock()
+        self._claimed: set[str] = set()
+        self._abandoned: set[str] = set()
+        self._futures: dict[str, asyncio.Future[T]] = {
+            key: self._loop.create_future() for key in self._jobs
+        }
+        if self._jobs:
+            pool.submit(self._run, list(self._jobs))
+            self._stealer: asyncio.TimerHandle | None = self._loop.call_later(
+                steal_after_s, self._steal
+            )
+        else:
+            self._stealer = None
+
+    def _claim(self, key: str) -> bool:
+        with self._lock:
+            if key in self._claimed:
+                return False
+            self._claimed.add(key)
+            return True
+
+    def _run(self, keys: list[str]) -> None:
+        for key in keys:
+            if not self._claim(key):
+                continue
+            try:
+                outcome: tuple[T | None, BaseException | None] = (self._jobs[key](), None)
+            except Exception as exc:  # noqa: BLE001 - handed to the waiting coroutine
+                outcome = (None, exc)
+            self._loop.call_soon_threadsafe(self._settle, key, outcome)
+
+    def _settle(self, key: str, outcome: tuple[T | None, BaseException | None]) -> None:
+        future = self._futures[key]
+        if future.done() or key in self._abandoned:
+            return
+        value, exc = outcome
+        if exc is not None:
+            future.set_exception(exc)
+        else:
+            future.set_result(value)  # type: ignore[arg-type]
+
+    def _steal(self) -> None:
+        with self._lock:
+            waiting = [key for key in self._jobs if key not in self._claimed]
+        for key in waiting:
+            self._pool.submit(self._run, [key])
+
+    async def result(self, key: str, deadline: float) -> T:
+        """The job's result, or ``TimeoutError`` at ``deadline`` (loop time). A job that
+        has not started by then never will; one that is running must be told to stop by
+        its own means (a cancel token)."""
+        try:
+            return await asyncio.wait_for(
+                asyncio.shield(self._futures[key]), max(0.0, deadline - self._loop.time())
+            )
+        except TimeoutError:
+            self._claim(key)
+            self._abandoned.add(key)
+            raise
+
+    def close(self) -> None:
+        if self._stealer is not None:
+            self._stealer.cancel()

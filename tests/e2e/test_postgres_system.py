@@ -1,0 +1,52 @@
+"""The whole system on PostgreSQL instead of SQLite: same behaviour, same answers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+
+import reachstore
+from tests.e2e.conftest import ingest, wait_task
+from tests.e2e.system import RunningSystem
+
+
+def test_the_system_runs_on_postgresql(tmp_path: Path, pg_database: str) -> None:
+    system = RunningSystem(tmp_path, {"REACHSTORE_DATABASE_URL": pg_database})
+    system.start()
+    try:
+        with httpx.Client(base_url=system.http_url, timeout=30) as http:
+            ingest(
+                http,
+                "pg-docs",
+                [
+                    {
+                        "document_id": "tea",
+                        "text": "Green tea is steamed or pan-fired soon after picking.",
+                    },
+                    {"document_id": "coffee", "text": "Coffee beans are roasted before brewing."},
+                ],
+            )
+            body = http.post(
+                "/api/v1/query",
+                json={
+                    "namespaces": ["pg-docs", "nope"],
+                    "query": "how is green tea made",
+                    "top_k": 1,
+                },
+            ).json()
+            assert body["meta"]["coverage_ratio"] == 0.5
+            assert body["results"][0]["document_id"] == "tea"
+            reply = http.post(
+                "/api/v1/namespaces/pg-docs/documents",
+                json={"document": {"document_id": "tea", "text": "dup"}},
+            )
+            assert (
+                wait_task(http, reply.json()["task"]["task_id"])["error"]["error_code"]
+                == "DOCUMENT_EXISTS"
+            )
+        with reachstore.Client(system.query_addr, system.ingest_addr) as client:
+            assert client.get_namespace("pg-docs").document_count == 2
+            assert client.search(["demo"], "semantic storage").results
+    finally:
+        assert system.stop() == 0

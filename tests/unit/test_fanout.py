@@ -1,0 +1,108 @@
+"""The namespace fan-out: cheap when jobs are quick, independent when one is slow."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+
+import pytest
+
+from services.query.fanout import FanOut
+
+
+@pytest.fixture
+def pool():  # type: ignore[no-untyped-def]
+    with concurrent.futures.ThreadPoolExecutor(8) as executor:
+        yield executor
+
+
+def test_quick_jobs_run_in_one_thread_in_order(pool) -> None:  # type: ignore[no-untyped-def]
+    threads: list[tuple[str, int]] = []
+
+    def job(key: str) -> str:
+        threads.append((key, threading.get_ident()))
+        return key.upper()
+
+    async def main() -> list[str]:
+        fanout = FanOut(pool, {k: (lambda k=k: job(k)) for k in "abcd"})
+        deadline = asyncio.get_running_loop().time() + 5
+        try:
+            return [await fanout.result(k, deadline) for k in "abcd"]
+        finally:
+            fanout.close()
+
+    assert asyncio.run(main()) == ["A", "B", "C", "D"]
+    assert [k for k, _ in threads] == list("abcd")
+    assert len({ident for _, ident in threads}) == 1
+
+
+def test_a_stuck_job_does_not_hold_back_the_others(pool) -> None:  # type: ignore[no-untyped-def]
+    release = threading.Event()
+
+    def stuck() -> str:
+        release.wait(10)
+        return "late"
+
+    async def main() -> tuple[list[str], float]:
+        jobs = {"stuck": stuck, "b": lambda: "b", "c": lambda: "c"}
+        fanout = FanOut(pool, jobs, steal_after_s=0.02)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            quick = [await fanout.result(k, started + 5) for k in ("b", "c")]
+            elapsed = loop.time() - started
+            with pytest.raises(TimeoutError):
+                await fanout.result("stuck", loop.time() + 0.05)
+            return quick, elapsed
+        finally:
+            release.set()
+            fanout.close()
+
+    quick, elapsed = asyncio.run(main())
+    assert quick == ["b", "c"]
+    assert elapsed < 5  # answered by stealing, not by waiting for the stuck job
+
+
+def test_a_job_not_started_by_its_deadline_never_runs(pool) -> None:  # type: ignore[no-untyped-def]
+    ran: list[str] = []
+    gate = threading.Event()
+
+    def first() -> str:
+        gate.wait(10)
+        ran.append("first")
+        return "first"
+
+    def second() -> str:
+        ran.append("second")
+        return "second"
+
+    async def main() -> None:
+        # Stealing effectively off: "second" can only start after "first".
+        fanout = FanOut(pool, {"first": first, "second": second}, steal_after_s=60)
+        loop = asyncio.get_running_loop()
+        with pytest.raises(TimeoutError):
+            await fanout.result("second", loop.time() + 0.05)
+        gate.set()
+        assert await fanout.result("first", loop.time() + 5) == "first"
+        fanout.close()
+
+    asyncio.run(main())
+    deadline = time.monotonic() + 5
+    while "first" not in ran and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert ran == ["first"]
+
+
+def test_a_job_error_reaches_its_waiter(pool) -> None:  # type: ignore[no-untyped-def]
+    def broken() -> str:
+        raise ValueError("boom")
+
+    async def main() -> None:
+        fanout = FanOut(pool, {"x": broken})
+        with pytest.raises(ValueError, match="boom"):
+            await fanout.result("x", asyncio.get_running_loop().time() + 5)
+        fanout.close()
+
+    asyncio.run(main())
