@@ -24,7 +24,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from reachstore.ingest.v1 import ingest_service_pb2 as ingest_pb
 from reachstore.ingest.v1 import ingest_service_pb2_grpc as ingest_grpc
-from services.common.config import Settings
+from services.common.config import ConfigError, Settings
 from services.storage.engine import init_schema, make_engine
 
 READY_TIMEOUT_SECONDS = 60.0
@@ -163,7 +163,11 @@ def cmd_up(args: argparse.Namespace) -> int:
             "REACHSTORE_INGEST_ADDR": addr["ingest"],
         }
     )
-    settings = Settings.from_env(env)  # fails fast on a bad setting, before anything starts
+    try:
+        settings = Settings.from_env(env)  # fails fast on a bad setting, before anything starts
+    except ConfigError as exc:
+        _fail(f"bad setting: {exc}")
+        return 2
     # The schema is created once here, so the services never race to create it.
     engine = make_engine(settings.database_url)
     init_schema(engine)

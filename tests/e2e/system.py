@@ -126,11 +126,12 @@ class RunningSystem:
         self.process.wait(timeout=timeout)
         return self._reap()
 
-    def stop(self) -> int | None:
+    def stop(self, sig: signal.Signals = signal.SIGTERM) -> int | None:
+        """Asks `up` to stop (SIGTERM, or SIGINT as Ctrl-C sends) and waits for it."""
         if self.process is None:
             return None
         if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
+            self.process.send_signal(sig)
             try:
                 self.process.wait(timeout=30)
             except subprocess.TimeoutExpired:
