@@ -83,6 +83,25 @@ class FanOut(Generic[T]):
         for key in waiting:
             self._pool.submit(self._run, [key])
 
+    async def results(self, deadline: float) -> dict[str, T | BaseException]:
+        """Every job's result or exception, waiting until ``deadline`` (loop time) at most;
+        jobs not finished by then give ``TimeoutError`` (and never start, if they had not).
+        One wait for all: the jobs of a query share their deadline."""
+        futures = {key: future for key, future in self._futures.items()}
+        if futures:
+            await asyncio.wait(futures.values(), timeout=max(0.0, deadline - self._loop.time()))
+        outcomes: dict[str, T | BaseException] = {}
+        for key, future in futures.items():
+            if not future.done():
+                self._claim(key)
+                self._abandoned.add(key)
+                outcomes[key] = TimeoutError(key)
+            elif future.exception() is not None:
+                outcomes[key] = future.exception()  # type: ignore[assignment]
+            else:
+                outcomes[key] = future.result()
+        return outcomes
+
     async def result(self, key: str, deadline: float) -> T:
         """The job's result, or ``TimeoutError`` at ``deadline`` (loop time). A job that
         has not started by then never will; one that is running must be told to stop by

@@ -6,60 +6,17 @@ own, so a bug in a handler cannot reach another tenant's rows.
 
 from __future__ import annotations
 
-import dataclasses
-import datetime as dt
 import json
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 
-from sqlalchemy import Engine, delete, func, insert, select, update
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from services.storage.heads import NamespaceHeads
 from services.storage.models import ChangeRow, ChunkRow, DocumentRow, NamespaceRow, utcnow
-
-
-@dataclasses.dataclass(frozen=True)
-class NamespaceInfo:
-    id: int
-    name: str
-    embedding_model: str
-    dimension: int
-    change_seq: int
-    created_at: dt.datetime
-    document_count: int = 0
-    chunk_count: int = 0
-
-
-@dataclasses.dataclass(frozen=True)
-class DocumentInfo:
-    namespace: str
-    document_id: str
-    text: str
-    metadata: dict[str, str]
-    chunk_count: int
-    content_sha256: str
-    updated_at: dt.datetime
-
-
-@dataclasses.dataclass(frozen=True)
-class ChunkData:
-    """A chunk ready to be stored: its text, content hash and float32 vector bytes."""
-
-    text: str
-    content_hash: str
-    embedding: bytes
-
-
-@dataclasses.dataclass(frozen=True)
-class StoredChunk:
-    id: int
-    document_id: str
-    chunk_index: int
-    text: str
-    content_hash: str
-    embedding: bytes
-    metadata: dict[str, str]
+from services.storage.records import ChunkData, DocumentInfo, NamespaceInfo, StoredChunk
 
 
 class NamespaceExists(Exception):
@@ -84,7 +41,7 @@ class SemanticStore:
 
     def __init__(self, sessions: sessionmaker[Session]) -> None:
         self._sessions = sessions
-        self._engine: Engine = sessions.kw["bind"]
+        self._heads = NamespaceHeads(sessions.kw["bind"])
 
     # --- namespaces ---------------------------------------------------------------------
 
@@ -155,15 +112,9 @@ class SemanticStore:
             )
 
     def namespace_heads(self, tenant: str, names: Sequence[str]) -> dict[str, NamespaceInfo]:
-        """The current row of each named namespace that exists (no counts: one cheap read).
-        On every query's path, so it reads plain columns on a bare connection: a session
-        and ORM objects cost several times the read itself."""
-        n = NamespaceRow
-        stmt = select(
-            n.id, n.name, n.embedding_model, n.dimension, n.change_seq, n.created_at
-        ).where(n.tenant == tenant, n.name.in_(list(names)))
-        with self._engine.connect() as connection:
-            return {row.name: NamespaceInfo(*row) for row in connection.execute(stmt)}
+        """The current row of each named namespace that exists (no counts). On every
+        query's path: see ``heads.py`` for how it stays cheap."""
+        return self._heads.get(tenant, names)
 
     def all_namespaces(self) -> list[tuple[str, NamespaceInfo]]:
         """Every namespace of every tenant, for a query replica warming its indexes."""

@@ -117,3 +117,23 @@ def test_deleting_a_namespace_removes_everything_in_it(store: SemanticStore) -> 
     assert list(store.chunks("t", ns.id)) == []
     again = store.create_namespace("t", "docs", MODEL, 4)
     assert again.id != ns.id and again.change_seq == 0
+
+
+def test_namespace_heads_see_every_commit_of_another_process(database_url: str) -> None:
+    """The query side's cached view must never lag behind a completed write."""
+    writer_engine, reader_engine = make_engine(database_url), make_engine(database_url)
+    init_schema(writer_engine)
+    writer = SemanticStore(make_sessions(writer_engine))
+    reader = SemanticStore(make_sessions(reader_engine))
+    try:
+        assert reader.namespace_heads("t", ["docs"]) == {}
+        ns = writer.create_namespace("t", "docs", MODEL, 4)
+        assert reader.namespace_heads("t", ["docs"])["docs"].change_seq == 0
+        assert reader.namespace_heads("t", ["docs"])["docs"].change_seq == 0  # cached, same
+        _commit(writer, "t", ns.id, "d1", "a")
+        assert reader.namespace_heads("t", ["docs"])["docs"].change_seq == 1
+        writer.delete_namespace("t", "docs")
+        assert reader.namespace_heads("t", ["docs", "other"]) == {}
+    finally:
+        writer_engine.dispose()
+        reader_engine.dispose()

@@ -12,6 +12,7 @@ import asyncio
 import concurrent.futures
 import dataclasses
 import functools
+import logging
 import time
 from collections.abc import Callable, Mapping
 
@@ -30,6 +31,8 @@ from services.query.index import CancelToken, Hit, SearchCancelled, merge_hits
 from services.query.indexes import IndexManager, Slot
 from services.query.metrics import QueryMetrics
 from services.storage.repository import DocumentInfo, NamespaceInfo, SemanticStore
+
+log = logging.getLogger(__name__)
 
 # Share of a namespace's budget that may be spent waiting for its index to load.
 REBUILD_WAIT_SHARE = 0.8
@@ -175,14 +178,12 @@ class QueryServicer(pb_grpc.QueryServiceServicer):
                 self._search_blocking, slot, heads[name].change_seq, plan, tokens[name]
             )
         fanout = FanOut(self._pool, jobs)
-        loop_deadline = loop.time() + budget_ms / 1000
         try:
-            for name in jobs:
-                outcomes[name] = await self._outcome(
-                    fanout, name, tokens[name], plan, loop_deadline
-                )
+            finished = await fanout.results(loop.time() + budget_ms / 1000)
         finally:
             fanout.close()
+        for name, outcome in finished.items():
+            outcomes[name] = self._outcome(name, outcome, tokens[name], plan)
         return self._respond(request, requested, outcomes, top_k)
 
     def _prepare(
@@ -210,24 +211,18 @@ class QueryServicer(pb_grpc.QueryServiceServicer):
             )
         return None
 
-    async def _outcome(
-        self,
-        fanout: FanOut[list[Hit]],
-        name: str,
-        cancel: CancelToken,
-        plan: _Plan,
-        loop_deadline: float,
+    def _outcome(
+        self, name: str, outcome: list[Hit] | BaseException, cancel: CancelToken, plan: _Plan
     ) -> list[Hit] | pf_pb2.PartialFailure:
-        try:
-            return await fanout.result(name, loop_deadline)
-        except _Rebuilding:
+        """A namespace's hits, or its failure."""
+        if isinstance(outcome, _Rebuilding):
             return errors.make_failure(
                 errors.INDEX_REBUILDING,
                 f"namespace {name!r} is rebuilding its index",
                 structured_data={"namespace": name, "index_state": "rebuilding"},
                 namespace=name,
             )
-        except (TimeoutError, SearchCancelled):
+        if isinstance(outcome, TimeoutError | SearchCancelled):
             cancel.cancel()  # a running search stops at its next checkpoint
             self.metrics.cancelled.inc()
             return errors.make_failure(
@@ -236,6 +231,16 @@ class QueryServicer(pb_grpc.QueryServiceServicer):
                 structured_data={"namespace": name, "timeout_ms": plan.budget_ms},
                 namespace=name,
             )
+        if isinstance(outcome, BaseException):
+            # A bug or a broken index costs this namespace, not the whole answer.
+            log.error("search of namespace %s failed", name, exc_info=outcome)
+            return errors.make_failure(
+                errors.INTERNAL,
+                f"searching namespace {name!r} failed unexpectedly; it was logged",
+                structured_data={"namespace": name},
+                namespace=name,
+            )
+        return outcome
 
     def _respond(
         self,

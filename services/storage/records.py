@@ -1,0 +1,49 @@
+"""Plain records the store hands out: no ORM objects leave the storage package."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+
+
+@dataclasses.dataclass(frozen=True)
+class NamespaceInfo:
+    id: int
+    name: str
+    embedding_model: str
+    dimension: int
+    change_seq: int
+    created_at: dt.datetime
+    document_count: int = 0
+    chunk_count: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class DocumentInfo:
+    namespace: str
+    document_id: str
+    text: str
+    metadata: dict[str, str]
+    chunk_count: int
+    content_sha256: str
+    updated_at: dt.datetime
+
+
+@dataclasses.dataclass(frozen=True)
+class ChunkData:
+    """A chunk ready to be stored: its text, content hash and float32 vector bytes."""
+
+    text: str
+    content_hash: str
+    embedding: bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredChunk:
+    id: int
+    document_id: str
+    chunk_index: int
+    text: str
+    content_hash: str
+    embedding: bytes
+    metadata: dict[str, str]
