@@ -10,6 +10,8 @@ interface other tools rely on. Query metrics (Prometheus) listen on base+9.
 from __future__ import annotations
 
 import argparse
+import ctypes
+import ctypes.util
 import os
 import signal
 import subprocess
@@ -28,6 +30,7 @@ from services.common.config import ConfigError, Settings
 from services.storage.engine import init_schema, make_engine
 
 READY_TIMEOUT_SECONDS = 60.0
+_PR_SET_PDEATHSIG = 1  # from <sys/prctl.h>
 STOP_TIMEOUT_SECONDS = 15.0
 
 DEMO_NAMESPACE = "demo"
@@ -50,6 +53,16 @@ def _fail(message: str) -> None:
     print(f"reachstore: {message}", file=sys.stderr, flush=True)
 
 
+def _stop_with_parent() -> None:
+    """In a child, before exec: ask Linux to send SIGTERM when `up` dies, even by SIGKILL,
+    so no service outlives it. Elsewhere this does nothing and `up` stops them itself."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
+
+
 class _System:
     """The child processes of one `up`, and how to stop them."""
 
@@ -59,7 +72,10 @@ class _System:
 
     def start(self, name: str, module: str, env: dict[str, str]) -> None:
         process = subprocess.Popen(
-            [sys.executable, "-m", module], env=env, stdin=subprocess.DEVNULL
+            [sys.executable, "-m", module],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=_stop_with_parent,
         )
         self.children[name] = process
         # Operators and fault drills find each component's process here.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 
 import grpc
@@ -57,3 +58,16 @@ def test_up_refuses_a_bad_setting_before_starting_anything(tmp_path: Path) -> No
     with pytest.raises(RuntimeError, match="REACHSTORE_QUERY_TIMEOUT_DEFAULT_MS"):
         system.start()
     assert system.stop() != 0
+
+
+def test_services_stop_when_up_is_killed_outright(tmp_path: Path) -> None:
+    system = RunningSystem(tmp_path)
+    system.start()
+    pids = [system.pid(name) for name in ("query", "ingest", "bridge")]
+    assert system.process is not None
+    system.process.kill()  # SIGKILL: `up` gets no chance to stop anything itself
+    system.wait_exit()
+    deadline = time.monotonic() + 20
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(pid) for pid in pids), "a service outlived a killed `up`"
