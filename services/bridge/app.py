@@ -42,6 +42,20 @@ OPENAPI_PATH = "/api/v1/openapi.json"
 Handler = Callable[[Request, str], Awaitable[Response]]
 
 
+def _credentials(request: Request) -> list[tuple[str, str]]:
+    """The caller's key, passed through as gRPC metadata: the services authenticate every
+    call themselves, so the bridge forwards the credential and vouches for nothing."""
+    header = request.headers.get("authorization")
+    if header is None and "x-api-key" in request.headers:
+        header = f"Bearer {request.headers['x-api-key']}"
+    if header is None:
+        return []
+    # gRPC metadata only carries printable ASCII; anything else cannot be a key of ours.
+    if not (header.isascii() and header.isprintable()):
+        raise errors.ReachstoreError(errors.AUTH_MALFORMED)
+    return [("authorization", header)]
+
+
 class Bridge:
     """The ASGI endpoint behind every path. Holds the route table and the backends."""
 
@@ -137,7 +151,10 @@ class Bridge:
         message = build_request(route, body, path_params, request.query_params.multi_items())
         try:
             reply = await self.backends.call(
-                route, message, timeout=self.deadline_s, metadata=[("x-request-id", request_id)]
+                route,
+                message,
+                timeout=self.deadline_s,
+                metadata=[("x-request-id", request_id), *_credentials(request)],
             )
         except grpc.aio.AioRpcError as exc:
             return error_responses.from_rpc_error(exc, route.service.full_name, request_id)

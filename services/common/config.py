@@ -44,6 +44,11 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
         "0",
         "Fault injection for tests and drills: every index rebuild first waits this long.",
     ),
+    "REACHSTORE_REQUIRE_KEYS": (
+        "false",
+        "true: every call must present an API key. false (local development): a call "
+        "without a key acts for the local tenant, and `reachstore up` binds loopback only.",
+    ),
     "REACHSTORE_LOG_LEVEL": ("INFO", "Log level of every component."),
 }
 
@@ -61,6 +66,13 @@ def _int(env: Mapping[str, str], name: str, minimum: int) -> int:
     if value < minimum:
         raise ConfigError(f"{name} must be at least {minimum}, got {value}")
     return value
+
+
+def _bool(env: Mapping[str, str], name: str) -> bool:
+    raw = env.get(name, ENVIRONMENT[name][0]).strip().lower()
+    if raw not in ("true", "false", "1", "0", "yes", "no"):
+        raise ConfigError(f"{name} must be true or false, got {raw!r}")
+    return raw in ("true", "1", "yes")
 
 
 def _address(env: Mapping[str, str], name: str) -> str:
@@ -99,6 +111,7 @@ class Settings:
     fault_namespace_delay_ms: Mapping[str, int]
     fault_rebuild_delay_ms: int
     log_level: str
+    require_keys: bool
 
     @classmethod
     def from_env(
@@ -135,5 +148,6 @@ class Settings:
             ingest_batch_chunks=_int(env, "REACHSTORE_INGEST_BATCH_CHUNKS", 1),
             fault_namespace_delay_ms=_delays(env.get("REACHSTORE_FAULT_NAMESPACE_DELAY_MS", "")),
             fault_rebuild_delay_ms=_int(env, "REACHSTORE_FAULT_REBUILD_DELAY_MS", 0),
+            require_keys=_bool(env, "REACHSTORE_REQUIRE_KEYS"),
             log_level=env.get("REACHSTORE_LOG_LEVEL", "INFO").upper(),
         )

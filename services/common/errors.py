@@ -147,6 +147,40 @@ METHOD_NOT_ALLOWED = _entry(
     bridge_http_status=405,
 )
 
+# --- credentials ---------------------------------------------------------------------------
+AUTH_MISSING = _entry(
+    "AUTH_MISSING",
+    _A,
+    _S.UNAUTHENTICATED,
+    "No API key was sent: use `authorization: Bearer <key>` (over HTTP also X-API-Key).",
+)
+AUTH_MALFORMED = _entry(
+    "AUTH_MALFORMED",
+    _A,
+    _S.UNAUTHENTICATED,
+    "The credential header is not `Bearer rsk_<id>_<secret>`.",
+)
+AUTH_INVALID_KEY = _entry("AUTH_INVALID_KEY", _A, _S.UNAUTHENTICATED, "The API key is not valid.")
+AUTH_KEY_EXPIRED = _entry(
+    "AUTH_KEY_EXPIRED",
+    _A,
+    _S.UNAUTHENTICATED,
+    "The API key has expired; ask an admin of the tenant for a new one.",
+)
+AUTH_KEY_REVOKED = _entry(
+    "AUTH_KEY_REVOKED",
+    _A,
+    _S.UNAUTHENTICATED,
+    "The API key was revoked; ask an admin of the tenant for a new one.",
+)
+AUTH_SCOPE_MISSING = _entry(
+    "AUTH_SCOPE_MISSING",
+    _A,
+    _S.PERMISSION_DENIED,
+    "The API key is valid but lacks the scope this call needs; structured_data names it.",
+)
+KEY_NOT_FOUND = _entry("KEY_NOT_FOUND", _P, _S.NOT_FOUND, "The tenant has no API key with this id.")
+
 # --- batches ---------------------------------------------------------------------------
 BATCH_EMPTY = _entry("BATCH_EMPTY", _P, _S.INVALID_ARGUMENT, "A batch holds no documents.")
 BATCH_TOO_LARGE = _entry(

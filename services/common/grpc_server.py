@@ -1,16 +1,16 @@
 """gRPC bootstrap shared by every service: health, reflection, error translation, limits.
 
 ``create_server`` is the one factory; tests bind it to port 0. Every handler runs behind
-``_ErrorTranslator``, the one place where our exceptions become rich gRPC statuses and an
-unexpected exception becomes an INTERNAL status with a request id instead of a stack trace
-on the wire.
+``_CallGuard``: it authenticates the call (``auth.py``) and is the one place where our
+exceptions become rich gRPC statuses and an unexpected exception becomes an INTERNAL
+status with a request id instead of a stack trace on the wire.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 import grpc
@@ -18,7 +18,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from grpc_status import rpc_status
 
-from services.common import errors
+from services.common import errors, identity
+from services.common.auth import Authenticator
 
 log = logging.getLogger(__name__)
 
@@ -38,10 +39,16 @@ async def abort_with(context: grpc.aio.ServicerContext, error: errors.Reachstore
 
 
 def _wrap_unary(
-    behavior: Callable[..., Awaitable[Any]], method: str
+    behavior: Callable[..., Awaitable[Any]],
+    method: str,
+    authenticator: Authenticator | None,
+    metadata: Sequence[tuple[str, str | bytes]],
 ) -> Callable[..., Awaitable[Any]]:
     async def handler(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        token = None
         try:
+            if authenticator is not None and authenticator.guards(method):
+                token = identity.set_caller(authenticator.authenticate(method, metadata))
             return await behavior(request, context)
         except errors.ReachstoreError as exc:
             log.info("rejected %s: %s %s", method, exc.code, exc.failure.message)
@@ -59,11 +66,19 @@ def _wrap_unary(
                     structured_data={"request_id": request_id},
                 ),
             )
+        finally:
+            if token is not None:
+                identity.reset_caller(token)
 
     return handler
 
 
-class _ErrorTranslator(grpc.aio.ServerInterceptor):
+class _CallGuard(grpc.aio.ServerInterceptor):
+    """Authenticates each call to our services, then runs it with our error translation."""
+
+    def __init__(self, authenticator: Authenticator | None) -> None:
+        self._authenticator = authenticator
+
     async def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
@@ -73,7 +88,12 @@ class _ErrorTranslator(grpc.aio.ServerInterceptor):
         if handler is None or handler.unary_unary is None:
             return handler
         return grpc.unary_unary_rpc_method_handler(
-            _wrap_unary(handler.unary_unary, handler_call_details.method),
+            _wrap_unary(
+                handler.unary_unary,
+                handler_call_details.method,
+                self._authenticator,
+                tuple(handler_call_details.invocation_metadata or ()),
+            ),
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
@@ -83,13 +103,14 @@ def create_server(
     registrars: Iterable[Registrar],
     service_names: Iterable[str],
     address: str,
+    authenticator: Authenticator | None = None,
 ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
     """Builds a server with our services, health and reflection, bound to ``address``.
 
     Returns the server (not started), the bound port (useful with ``host:0``) and the
     health servicer so the caller can flip serving states.
     """
-    server = grpc.aio.server(interceptors=[_ErrorTranslator()], options=GRPC_OPTIONS)
+    server = grpc.aio.server(interceptors=[_CallGuard(authenticator)], options=GRPC_OPTIONS)
     names = list(service_names)
     for register in registrars:
         register(server)

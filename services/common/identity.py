@@ -1,13 +1,34 @@
-"""Who is calling. Until API keys exist every caller acts for the one local tenant; this
-function is the single place that will read the caller's credentials instead."""
+"""Who is calling, for the handler of the current call.
+
+The gRPC layer authenticates each call before its handler runs and records the caller
+here; handlers ask ``caller(context)`` or ``caller_tenant(context)``. Code that runs a
+servicer in-process without the gRPC layer (some tests) acts as the local caller.
+"""
 
 from __future__ import annotations
 
+import contextvars
+
 import grpc
 
-LOCAL_TENANT = "default"
+from services.common.auth import LOCAL_CALLER, Caller
+
+_current: contextvars.ContextVar[Caller] = contextvars.ContextVar("caller", default=LOCAL_CALLER)
 
 
-def caller_tenant(context: grpc.aio.ServicerContext) -> str:
-    """The tenant a call acts for."""
-    return LOCAL_TENANT
+def set_caller(value: Caller) -> contextvars.Token[Caller]:
+    return _current.set(value)
+
+
+def reset_caller(token: contextvars.Token[Caller]) -> None:
+    _current.reset(token)
+
+
+def caller(context: grpc.aio.ServicerContext | None) -> Caller:
+    """The identity the current call acts for."""
+    return _current.get()
+
+
+def caller_tenant(context: grpc.aio.ServicerContext | None) -> str:
+    """The tenant the current call acts for."""
+    return _current.get().tenant

@@ -7,6 +7,7 @@ import logging
 import signal
 from collections.abc import Callable, Iterable
 
+from services.common.auth import Authenticator
 from services.common.grpc_server import Registrar, create_server, mark_serving
 
 log = logging.getLogger(__name__)
@@ -21,9 +22,10 @@ async def serve(
     service_names: list[str],
     address: str,
     on_stop: Callable[[], None] | None = None,
+    authenticator: Authenticator | None = None,
 ) -> None:
     """Serves until a stop signal, then stops gracefully and calls ``on_stop``."""
-    server, port, health_servicer = create_server(registrars, service_names, address)
+    server, port, health_servicer = create_server(registrars, service_names, address, authenticator)
     await server.start()
     await mark_serving(health_servicer, service_names)
     log.info("%s serving on %s (port %d)", component, address, port)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import threading
 
+from reachstore.admin.v1 import key_service_pb2, key_service_pb2_grpc
 from reachstore.ingest.v1 import ingest_service_pb2, ingest_service_pb2_grpc
+from services.admin.api.keys import KeyServicer
 from services.common import logs
 from services.common.config import Settings
 from services.common.runner import serve
@@ -13,10 +15,15 @@ from services.embedding import default_embedder
 from services.ingest.api.servicer import IngestServicer
 from services.ingest.worker import IngestWorker
 from services.storage.engine import init_schema, make_engine, make_sessions
+from services.storage.keys import KeyStore, authenticator_for
 from services.storage.repository import SemanticStore
 from services.storage.tasks import TaskStore
 
-SERVICE_NAME = ingest_service_pb2.DESCRIPTOR.services_by_name["IngestService"].full_name
+# The ingest process also hosts key administration: both are the write side of the store.
+SERVICES = [
+    ingest_service_pb2.DESCRIPTOR.services_by_name["IngestService"],
+    key_service_pb2.DESCRIPTOR.services_by_name["KeyService"],
+]
 
 
 def main() -> None:
@@ -31,6 +38,7 @@ def main() -> None:
     thread = threading.Thread(target=worker.run, name="ingest-worker", daemon=True)
     thread.start()
     servicer = IngestServicer(store, tasks, embedder, worker.wake)
+    keys = KeyServicer(KeyStore(sessions))
 
     def stop_worker() -> None:
         worker.stop()
@@ -43,11 +51,13 @@ def main() -> None:
             [
                 lambda server: ingest_service_pb2_grpc.add_IngestServiceServicer_to_server(
                     servicer, server
-                )
+                ),
+                lambda server: key_service_pb2_grpc.add_KeyServiceServicer_to_server(keys, server),
             ],
-            [SERVICE_NAME],
+            [service.full_name for service in SERVICES],
             settings.listen,
             on_stop=stop_worker,
+            authenticator=authenticator_for(sessions, SERVICES, settings.require_keys),
         )
     )
 

@@ -22,6 +22,7 @@ from services.query.index import configure_threads  # noqa: E402
 from services.query.indexes import IndexManager  # noqa: E402
 from services.query.metrics import QueryMetrics  # noqa: E402
 from services.storage.engine import init_schema, make_engine, make_sessions  # noqa: E402
+from services.storage.keys import authenticator_for  # noqa: E402
 from services.storage.repository import SemanticStore  # noqa: E402
 
 SERVICE_NAME = query_service_pb2.DESCRIPTOR.services_by_name["QueryService"].full_name
@@ -84,6 +85,11 @@ async def _run(settings: Settings) -> None:
         [SERVICE_NAME],
         settings.listen,
         on_stop=on_stop,
+        authenticator=authenticator_for(
+            make_sessions(engine),
+            [query_service_pb2.DESCRIPTOR.services_by_name["QueryService"]],
+            settings.require_keys,
+        ),
     )
 
 

@@ -134,3 +134,19 @@ class TaskRow(Base):
     error_data_json: Mapped[str] = mapped_column(Text, default="{}")
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class ApiKeyRow(Base):
+    """An API key. Only a SHA-256 of its secret is kept: the secret is shown once."""
+
+    __tablename__ = "api_keys"
+
+    key_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(TENANT_LEN), index=True)
+    name: Mapped[str] = mapped_column(String(128), default="")
+    secret_sha256: Mapped[str] = mapped_column(String(64))
+    scopes_json: Mapped[str] = mapped_column(Text)
+    namespaces_json: Mapped[str] = mapped_column(Text, default="[]")
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    expires_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    revoked_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

@@ -20,18 +20,21 @@ import pytest
 import uvicorn
 from google.protobuf import descriptor_pb2, descriptor_pool, text_format
 
+from reachstore.admin.v1 import key_service_pb2_grpc as key_grpc
 from reachstore.ingest.v1 import ingest_service_pb2 as ingest_pb2
 from reachstore.ingest.v1 import ingest_service_pb2_grpc as ingest_grpc
 from reachstore.query.v1 import query_service_pb2 as query_pb2
 from reachstore.query.v1 import query_service_pb2_grpc as query_grpc
 from services.bridge.app import create_app
-from services.bridge.backends import INGEST_SERVICE, QUERY_SERVICE
+from services.bridge.backends import INGEST_SERVICE, KEY_SERVICE, QUERY_SERVICE
 from services.bridge.main import bind_socket, uvicorn_config
 from services.common import errors
 from services.common.config import Settings
 from services.common.grpc_server import create_server, mark_serving
 
-SERVICE_NAMES = [QUERY_SERVICE.full_name, INGEST_SERVICE.full_name]
+# The services the test backend hosts (key administration is tested end to end).
+BACKEND_SERVICES = (QUERY_SERVICE, INGEST_SERVICE)
+SERVICE_NAMES = [QUERY_SERVICE.full_name, INGEST_SERVICE.full_name, KEY_SERVICE.full_name]
 
 
 class LoopThread:
@@ -234,6 +237,11 @@ async def _start_backend() -> Backend:
         lambda server: ingest_grpc.add_IngestServiceServicer_to_server(
             FakeIngest(recorder), server
         ),
+        # Hosted like the real ingest process does, so a bridge started with its default
+        # services finds every backend serving; its methods answer UNIMPLEMENTED.
+        lambda server: key_grpc.add_KeyServiceServicer_to_server(
+            key_grpc.KeyServiceServicer(), server
+        ),
     ]
     server, port, health = create_server(registrars, SERVICE_NAMES, "127.0.0.1:0")
     await server.start()
@@ -284,6 +292,7 @@ def start_bridge(loop: LoopThread) -> Iterator[BridgeFactory]:
     started: list[BridgeServer] = []
 
     def start(settings: Settings, **options: Any) -> BridgeServer:
+        options.setdefault("services", BACKEND_SERVICES)
         bridge = loop.run(_start_bridge(create_app(settings, **options)))
         started.append(bridge)
         # Readiness: the socket is already listening, so the first answer proves uvicorn
@@ -298,7 +307,7 @@ def start_bridge(loop: LoopThread) -> Iterator[BridgeFactory]:
 
 @pytest.fixture(scope="session")
 def bridge(loop: LoopThread, backend: Backend) -> Iterator[BridgeServer]:
-    app = create_app(backend.settings(), deadline_s=5.0)
+    app = create_app(backend.settings(), deadline_s=5.0, services=BACKEND_SERVICES)
     started = loop.run(_start_bridge(app))
     assert httpx.get(started.url + "/healthz", timeout=10).status_code == 200
     yield started

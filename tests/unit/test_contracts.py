@@ -6,11 +6,12 @@ import pytest
 from google.api import annotations_pb2
 from google.protobuf import descriptor
 
-from reachstore.common.v1 import partial_failure_pb2
+from reachstore.admin.v1 import key_service_pb2
+from reachstore.common.v1 import access_pb2, partial_failure_pb2
 from reachstore.ingest.v1 import ingest_service_pb2
 from reachstore.query.v1 import query_service_pb2
 
-SERVICE_FILES = [query_service_pb2, ingest_service_pb2]
+SERVICE_FILES = [query_service_pb2, ingest_service_pb2, key_service_pb2]
 METHODS = [
     method
     for module in SERVICE_FILES
@@ -59,3 +60,8 @@ def test_the_checker_rejects_a_response_without_partial_failures() -> None:
     # GetDocumentRequest has no PartialFailure field: the walk must say so.
     assert not _carries_partial_failures(query_service_pb2.GetDocumentRequest.DESCRIPTOR)
     assert _carries_partial_failures(query_service_pb2.QueryResponse.DESCRIPTOR)
+
+
+@pytest.mark.parametrize("method", METHODS, ids=lambda m: m.full_name)
+def test_every_rpc_declares_the_scope_it_requires(method: descriptor.MethodDescriptor) -> None:
+    assert method.GetOptions().Extensions[access_pb2.required_scope] in {"read", "write", "admin"}

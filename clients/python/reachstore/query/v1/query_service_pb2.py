@@ -23,10 +23,11 @@ _sym_db = _symbol_database.Default()
 
 
 from google.api import annotations_pb2 as google_dot_api_dot_annotations__pb2
+from reachstore.common.v1 import access_pb2 as reachstore_dot_common_dot_v1_dot_access__pb2
 from reachstore.common.v1 import partial_failure_pb2 as reachstore_dot_common_dot_v1_dot_partial__failure__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'reachstore/query/v1/query_service.proto\x12\x13reachstore.query.v1\x1a\x1cgoogle/api/annotations.proto\x1a*reachstore/common/v1/partial_failure.proto\"\x87\x02\n\x0cQueryRequest\x12\x12\n\nnamespaces\x18\x01 \x03(\t\x12\r\n\x05query\x18\x02 \x01(\t\x12\r\n\x05top_k\x18\x03 \x01(\x05\x12=\n\x06\x66ilter\x18\x04 \x03(\x0b\x32-.reachstore.query.v1.QueryRequest.FilterEntry\x12\x12\n\ntimeout_ms\x18\x05 \x01(\x05\x12\x1a\n\rallow_partial\x18\x06 \x01(\x08H\x00\x88\x01\x01\x12\x15\n\tnamespace\x18\x07 \x01(\tB\x02\x18\x01\x1a-\n\x0b\x46ilterEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x10\n\x0e_allow_partial\"\xda\x01\n\x0bQueryResult\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x13\n\x0b\x64ocument_id\x18\x02 \x01(\t\x12\x13\n\x0b\x63hunk_index\x18\x03 \x01(\x05\x12\x0c\n\x04text\x18\x04 \x01(\t\x12\r\n\x05score\x18\x05 \x01(\x01\x12@\n\x08metadata\x18\x06 \x03(\x0b\x32..reachstore.query.v1.QueryResult.MetadataEntry\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x9e\x01\n\tQueryMeta\x12\x16\n\x0e\x63overage_ratio\x18\x01 \x01(\x01\x12\x1a\n\x12namespaces_queried\x18\x02 \x03(\t\x12\x1c\n\x14namespaces_succeeded\x18\x03 \x03(\t\x12?\n\x11namespaces_failed\x18\x04 \x03(\x0b\x32$.reachstore.common.v1.PartialFailure\"p\n\rQueryResponse\x12\x31\n\x07results\x18\x01 \x03(\x0b\x32 .reachstore.query.v1.QueryResult\x12,\n\x04meta\x18\x02 \x01(\x0b\x32\x1e.reachstore.query.v1.QueryMeta\"<\n\x12GetDocumentRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x13\n\x0b\x64ocument_id\x18\x02 \x01(\t\"\xf1\x01\n\x08\x44ocument\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x13\n\x0b\x64ocument_id\x18\x02 \x01(\t\x12\x0c\n\x04text\x18\x03 \x01(\t\x12=\n\x08metadata\x18\x04 \x03(\x0b\x32+.reachstore.query.v1.Document.MetadataEntry\x12\x13\n\x0b\x63hunk_count\x18\x05 \x01(\x05\x12\x16\n\x0e\x63ontent_sha256\x18\x06 \x01(\t\x12\x12\n\nupdated_at\x18\x07 \x01(\t\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x86\x01\n\x13GetDocumentResponse\x12/\n\x08\x64ocument\x18\x01 \x01(\x0b\x32\x1d.reachstore.query.v1.Document\x12>\n\x10partial_failures\x18\x02 \x03(\x0b\x32$.reachstore.common.v1.PartialFailure\"P\n\x14ListDocumentsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"\xa2\x01\n\x15ListDocumentsResponse\x12\x30\n\tdocuments\x18\x01 \x03(\x0b\x32\x1d.reachstore.query.v1.Document\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12>\n\x10partial_failures\x18\x03 \x03(\x0b\x32$.reachstore.common.v1.PartialFailure2\xbf\x03\n\x0cQueryService\x12k\n\x05Query\x12!.reachstore.query.v1.QueryRequest\x1a\".reachstore.query.v1.QueryResponse\"\x1b\x90\x02\x01\x82\xd3\xe4\x93\x02\x12\"\r/api/v1/query:\x01*\x12\xa3\x01\n\x0bGetDocument\x12\'.reachstore.query.v1.GetDocumentRequest\x1a(.reachstore.query.v1.GetDocumentResponse\"A\x90\x02\x01\x82\xd3\xe4\x93\x02\x38\x12\x36/api/v1/namespaces/{namespace}/documents/{document_id}\x12\x9b\x01\n\rListDocuments\x12).reachstore.query.v1.ListDocumentsRequest\x1a*.reachstore.query.v1.ListDocumentsResponse\"3\x90\x02\x01\x82\xd3\xe4\x93\x02*\x12(/api/v1/namespaces/{namespace}/documentsBEZCgithub.com/reachstore/reachstore/gen/go/reachstore/query/v1;queryv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'reachstore/query/v1/query_service.proto\x12\x13reachstore.query.v1\x1a\x1cgoogle/api/annotations.proto\x1a!reachstore/common/v1/access.proto\x1a*reachstore/common/v1/partial_failure.proto\"\x87\x02\n\x0cQueryRequest\x12\x12\n\nnamespaces\x18\x01 \x03(\t\x12\r\n\x05query\x18\x02 \x01(\t\x12\r\n\x05top_k\x18\x03 \x01(\x05\x12=\n\x06\x66ilter\x18\x04 \x03(\x0b\x32-.reachstore.query.v1.QueryRequest.FilterEntry\x12\x12\n\ntimeout_ms\x18\x05 \x01(\x05\x12\x1a\n\rallow_partial\x18\x06 \x01(\x08H\x00\x88\x01\x01\x12\x15\n\tnamespace\x18\x07 \x01(\tB\x02\x18\x01\x1a-\n\x0b\x46ilterEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x10\n\x0e_allow_partial\"\xda\x01\n\x0bQueryResult\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x13\n\x0b\x64ocument_id\x18\x02 \x01(\t\x12\x13\n\x0b\x63hunk_index\x18\x03 \x01(\x05\x12\x0c\n\x04text\x18\x04 \x01(\t\x12\r\n\x05score\x18\x05 \x01(\x01\x12@\n\x08metadata\x18\x06 \x03(\x0b\x32..reachstore.query.v1.QueryResult.MetadataEntry\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x9e\x01\n\tQueryMeta\x12\x16\n\x0e\x63overage_ratio\x18\x01 \x01(\x01\x12\x1a\n\x12namespaces_queried\x18\x02 \x03(\t\x12\x1c\n\x14namespaces_succeeded\x18\x03 \x03(\t\x12?\n\x11namespaces_failed\x18\x04 \x03(\x0b\x32$.reachstore.common.v1.PartialFailure\"p\n\rQueryResponse\x12\x31\n\x07results\x18\x01 \x03(\x0b\x32 .reachstore.query.v1.QueryResult\x12,\n\x04meta\x18\x02 \x01(\x0b\x32\x1e.reachstore.query.v1.QueryMeta\"<\n\x12GetDocumentRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x13\n\x0b\x64ocument_id\x18\x02 \x01(\t\"\xf1\x01\n\x08\x44ocument\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x13\n\x0b\x64ocument_id\x18\x02 \x01(\t\x12\x0c\n\x04text\x18\x03 \x01(\t\x12=\n\x08metadata\x18\x04 \x03(\x0b\x32+.reachstore.query.v1.Document.MetadataEntry\x12\x13\n\x0b\x63hunk_count\x18\x05 \x01(\x05\x12\x16\n\x0e\x63ontent_sha256\x18\x06 \x01(\t\x12\x12\n\nupdated_at\x18\x07 \x01(\t\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x86\x01\n\x13GetDocumentResponse\x12/\n\x08\x64ocument\x18\x01 \x01(\x0b\x32\x1d.reachstore.query.v1.Document\x12>\n\x10partial_failures\x18\x02 \x03(\x0b\x32$.reachstore.common.v1.PartialFailure\"P\n\x14ListDocumentsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"\xa2\x01\n\x15ListDocumentsResponse\x12\x30\n\tdocuments\x18\x01 \x03(\x0b\x32\x1d.reachstore.query.v1.Document\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12>\n\x10partial_failures\x18\x03 \x03(\x0b\x32$.reachstore.common.v1.PartialFailure2\xd7\x03\n\x0cQueryService\x12s\n\x05Query\x12!.reachstore.query.v1.QueryRequest\x1a\".reachstore.query.v1.QueryResponse\"#\x90\x02\x01\xca\xf3\x18\x04read\x82\xd3\xe4\x93\x02\x12\"\r/api/v1/query:\x01*\x12\xab\x01\n\x0bGetDocument\x12\'.reachstore.query.v1.GetDocumentRequest\x1a(.reachstore.query.v1.GetDocumentResponse\"I\x90\x02\x01\xca\xf3\x18\x04read\x82\xd3\xe4\x93\x02\x38\x12\x36/api/v1/namespaces/{namespace}/documents/{document_id}\x12\xa3\x01\n\rListDocuments\x12).reachstore.query.v1.ListDocumentsRequest\x1a*.reachstore.query.v1.ListDocumentsResponse\";\x90\x02\x01\xca\xf3\x18\x04read\x82\xd3\xe4\x93\x02*\x12(/api/v1/namespaces/{namespace}/documentsBEZCgithub.com/reachstore/reachstore/gen/go/reachstore/query/v1;queryv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -43,35 +44,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DOCUMENT_METADATAENTRY']._loaded_options = None
   _globals['_DOCUMENT_METADATAENTRY']._serialized_options = b'8\001'
   _globals['_QUERYSERVICE'].methods_by_name['Query']._loaded_options = None
-  _globals['_QUERYSERVICE'].methods_by_name['Query']._serialized_options = b'\220\002\001\202\323\344\223\002\022\"\r/api/v1/query:\001*'
+  _globals['_QUERYSERVICE'].methods_by_name['Query']._serialized_options = b'\220\002\001\312\363\030\004read\202\323\344\223\002\022\"\r/api/v1/query:\001*'
   _globals['_QUERYSERVICE'].methods_by_name['GetDocument']._loaded_options = None
-  _globals['_QUERYSERVICE'].methods_by_name['GetDocument']._serialized_options = b'\220\002\001\202\323\344\223\0028\0226/api/v1/namespaces/{namespace}/documents/{document_id}'
+  _globals['_QUERYSERVICE'].methods_by_name['GetDocument']._serialized_options = b'\220\002\001\312\363\030\004read\202\323\344\223\0028\0226/api/v1/namespaces/{namespace}/documents/{document_id}'
   _globals['_QUERYSERVICE'].methods_by_name['ListDocuments']._loaded_options = None
-  _globals['_QUERYSERVICE'].methods_by_name['ListDocuments']._serialized_options = b'\220\002\001\202\323\344\223\002*\022(/api/v1/namespaces/{namespace}/documents'
-  _globals['_QUERYREQUEST']._serialized_start=139
-  _globals['_QUERYREQUEST']._serialized_end=402
-  _globals['_QUERYREQUEST_FILTERENTRY']._serialized_start=339
-  _globals['_QUERYREQUEST_FILTERENTRY']._serialized_end=384
-  _globals['_QUERYRESULT']._serialized_start=405
-  _globals['_QUERYRESULT']._serialized_end=623
-  _globals['_QUERYRESULT_METADATAENTRY']._serialized_start=576
-  _globals['_QUERYRESULT_METADATAENTRY']._serialized_end=623
-  _globals['_QUERYMETA']._serialized_start=626
-  _globals['_QUERYMETA']._serialized_end=784
-  _globals['_QUERYRESPONSE']._serialized_start=786
-  _globals['_QUERYRESPONSE']._serialized_end=898
-  _globals['_GETDOCUMENTREQUEST']._serialized_start=900
-  _globals['_GETDOCUMENTREQUEST']._serialized_end=960
-  _globals['_DOCUMENT']._serialized_start=963
-  _globals['_DOCUMENT']._serialized_end=1204
-  _globals['_DOCUMENT_METADATAENTRY']._serialized_start=576
-  _globals['_DOCUMENT_METADATAENTRY']._serialized_end=623
-  _globals['_GETDOCUMENTRESPONSE']._serialized_start=1207
-  _globals['_GETDOCUMENTRESPONSE']._serialized_end=1341
-  _globals['_LISTDOCUMENTSREQUEST']._serialized_start=1343
-  _globals['_LISTDOCUMENTSREQUEST']._serialized_end=1423
-  _globals['_LISTDOCUMENTSRESPONSE']._serialized_start=1426
-  _globals['_LISTDOCUMENTSRESPONSE']._serialized_end=1588
-  _globals['_QUERYSERVICE']._serialized_start=1591
-  _globals['_QUERYSERVICE']._serialized_end=2038
+  _globals['_QUERYSERVICE'].methods_by_name['ListDocuments']._serialized_options = b'\220\002\001\312\363\030\004read\202\323\344\223\002*\022(/api/v1/namespaces/{namespace}/documents'
+  _globals['_QUERYREQUEST']._serialized_start=174
+  _globals['_QUERYREQUEST']._serialized_end=437
+  _globals['_QUERYREQUEST_FILTERENTRY']._serialized_start=374
+  _globals['_QUERYREQUEST_FILTERENTRY']._serialized_end=419
+  _globals['_QUERYRESULT']._serialized_start=440
+  _globals['_QUERYRESULT']._serialized_end=658
+  _globals['_QUERYRESULT_METADATAENTRY']._serialized_start=611
+  _globals['_QUERYRESULT_METADATAENTRY']._serialized_end=658
+  _globals['_QUERYMETA']._serialized_start=661
+  _globals['_QUERYMETA']._serialized_end=819
+  _globals['_QUERYRESPONSE']._serialized_start=821
+  _globals['_QUERYRESPONSE']._serialized_end=933
+  _globals['_GETDOCUMENTREQUEST']._serialized_start=935
+  _globals['_GETDOCUMENTREQUEST']._serialized_end=995
+  _globals['_DOCUMENT']._serialized_start=998
+  _globals['_DOCUMENT']._serialized_end=1239
+  _globals['_DOCUMENT_METADATAENTRY']._serialized_start=611
+  _globals['_DOCUMENT_METADATAENTRY']._serialized_end=658
+  _globals['_GETDOCUMENTRESPONSE']._serialized_start=1242
+  _globals['_GETDOCUMENTRESPONSE']._serialized_end=1376
+  _globals['_LISTDOCUMENTSREQUEST']._serialized_start=1378
+  _globals['_LISTDOCUMENTSREQUEST']._serialized_end=1458
+  _globals['_LISTDOCUMENTSRESPONSE']._serialized_start=1461
+  _globals['_LISTDOCUMENTSRESPONSE']._serialized_end=1623
+  _globals['_QUERYSERVICE']._serialized_start=1626
+  _globals['_QUERYSERVICE']._serialized_end=2097
 # @@protoc_insertion_point(module_scope)

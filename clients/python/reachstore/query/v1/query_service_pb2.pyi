@@ -1,4 +1,5 @@
 from google.api import annotations_pb2 as _annotations_pb2
+from reachstore.common.v1 import access_pb2 as _access_pb2
 from reachstore.common.v1 import partial_failure_pb2 as _partial_failure_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor

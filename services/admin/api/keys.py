@@ -1,0 +1,95 @@
+"""KeyService: an admin manages the API keys of their own tenant."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+
+import grpc
+
+from reachstore.admin.v1 import key_service_pb2 as pb
+from reachstore.admin.v1 import key_service_pb2_grpc as pb_grpc
+from services.common import errors, names, paging
+from services.common.auth import SCOPES
+from services.common.identity import caller_tenant
+from services.common.timefmt import rfc3339
+from services.storage.keys import KeyRecord, KeyStore
+
+MAX_NAME = 128
+MAX_PATTERNS = 64
+
+
+def key_to_pb(record: KeyRecord) -> pb.ApiKey:
+    return pb.ApiKey(
+        key_id=record.key_id,
+        tenant=record.tenant,
+        name=record.name,
+        scopes=record.scopes,
+        namespaces=record.namespaces,
+        created_at=rfc3339(record.created_at),
+        expires_at=rfc3339(record.expires_at) if record.expires_at else "",
+        revoked_at=rfc3339(record.revoked_at) if record.revoked_at else "",
+    )
+
+
+def check_key_request(
+    name: str, scopes: list[str], namespaces: list[str], ttl_seconds: int
+) -> dt.datetime | None:
+    """Validates what a new key asks for; returns its expiry. Shared with the CLI."""
+    if len(name) > MAX_NAME:
+        raise errors.invalid("name", f"at most {MAX_NAME} characters")
+    if not scopes or any(s not in SCOPES for s in scopes):
+        raise errors.invalid("scopes", f"one or more of {', '.join(SCOPES)}", allowed=list(SCOPES))
+    if len(namespaces) > MAX_PATTERNS:
+        raise errors.invalid("namespaces", f"at most {MAX_PATTERNS} patterns")
+    for i, pattern in enumerate(namespaces):
+        if not names.is_namespace_name(pattern.replace("*", "a").replace("?", "a")):
+            raise errors.invalid(
+                f"namespaces[{i}]",
+                f"must be a namespace name ({names.NAMESPACE_RULE}) "
+                "where * and ? stand for any characters",
+            )
+    if ttl_seconds < 0:
+        raise errors.invalid("ttl_seconds", "must not be negative (0 means no expiry)")
+    return dt.datetime.now(dt.UTC) + dt.timedelta(seconds=ttl_seconds) if ttl_seconds else None
+
+
+class KeyServicer(pb_grpc.KeyServiceServicer):
+    def __init__(self, keys: KeyStore) -> None:
+        self._keys = keys
+
+    async def CreateKey(
+        self, request: pb.CreateKeyRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CreateKeyResponse:
+        expires = check_key_request(
+            request.name, list(request.scopes), list(request.namespaces), request.ttl_seconds
+        )
+        record, secret = await asyncio.to_thread(
+            self._keys.create,
+            caller_tenant(context),
+            request.name,
+            list(request.scopes),
+            list(request.namespaces),
+            expires,
+        )
+        return pb.CreateKeyResponse(key=key_to_pb(record), secret=secret)
+
+    async def ListKeys(
+        self, request: pb.ListKeysRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListKeysResponse:
+        size = names.page_size(request.page_size)
+        after = paging.decode_token(request.page_token)
+        rows = await asyncio.to_thread(self._keys.list, caller_tenant(context), size + 1, after)
+        page = rows[:size]
+        token = paging.encode_token(page[-1].key_id) if len(rows) > size else ""
+        return pb.ListKeysResponse(keys=[key_to_pb(r) for r in page], next_page_token=token)
+
+    async def RevokeKey(
+        self, request: pb.RevokeKeyRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RevokeKeyResponse:
+        record = await asyncio.to_thread(self._keys.revoke, caller_tenant(context), request.key_id)
+        if record is None:
+            raise errors.ReachstoreError(
+                errors.KEY_NOT_FOUND, structured_data={"key_id": request.key_id[:64]}
+            )
+        return pb.RevokeKeyResponse(key=key_to_pb(record))

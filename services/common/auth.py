@@ -1,0 +1,142 @@
+"""Authentication and scopes: who a call acts for, and whether it may.
+
+Every service authenticates every call itself (the REST bridge only passes the caller's
+header through). A key is ``rsk_<key id>_<secret>``; the id finds the stored key, the
+secret is checked against its SHA-256 in constant time. The scope each RPC needs is
+declared in the protos (``reachstore.common.v1.required_scope``) and read from the
+descriptors, so no handler decides it.
+
+Without required keys (local development) a call that sends no key acts for the local
+tenant with every scope; a call that sends one is checked all the same.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import fnmatch
+import hmac
+import re
+from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol
+
+from google.protobuf.descriptor import ServiceDescriptor
+
+from reachstore.common.v1 import access_pb2
+from services.common import errors
+
+SCOPES = ("read", "write", "admin")
+LOCAL_TENANT = "default"
+_KEY_RE = re.compile(r"rsk_([0-9a-f]{16})_([A-Za-z0-9_-]{20,128})")
+# Compared against when the key id is unknown, so both failures cost the same work.
+_DUMMY_DIGEST = "0" * 64
+
+
+class StoredKey(Protocol):
+    """What authentication needs of a stored key (``services.storage.keys.KeyRecord``)."""
+
+    @property
+    def tenant(self) -> str: ...
+    @property
+    def scopes(self) -> tuple[str, ...]: ...
+    @property
+    def namespaces(self) -> tuple[str, ...]: ...
+    @property
+    def expires_at(self) -> dt.datetime | None: ...
+    @property
+    def revoked_at(self) -> dt.datetime | None: ...
+    @property
+    def secret_sha256(self) -> str: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Caller:
+    """The identity a call acts for."""
+
+    tenant: str
+    key_id: str  # empty for the local, keyless caller
+    scopes: frozenset[str]
+    namespaces: tuple[str, ...] = ()  # name patterns; empty means every namespace
+
+    def may_use(self, namespace: str) -> bool:
+        """Whether the key's grants cover this namespace."""
+        return not self.namespaces or any(
+            fnmatch.fnmatchcase(namespace, pattern) for pattern in self.namespaces
+        )
+
+
+LOCAL_CALLER = Caller(LOCAL_TENANT, "", frozenset(SCOPES))
+
+
+def scopes_by_method(services: Iterable[ServiceDescriptor]) -> dict[str, str]:
+    """``/pkg.Service/Method`` -> the scope it requires, for every RPC of ``services``."""
+    table = {}
+    for service in services:
+        for method in service.methods:
+            scope = method.GetOptions().Extensions[access_pb2.required_scope]
+            if scope not in SCOPES:
+                raise ValueError(f"{method.full_name} declares no valid required_scope")
+            table[f"/{service.full_name}/{method.name}"] = scope
+    return table
+
+
+def _aware(value: dt.datetime) -> dt.datetime:
+    return value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
+
+
+class Authenticator:
+    def __init__(
+        self,
+        find_key: Callable[[str], StoredKey | None],
+        digest: Callable[[str], str],
+        scopes: dict[str, str],
+        require_keys: bool,
+    ) -> None:
+        self._find_key = find_key
+        self._digest = digest
+        self._scopes = scopes
+        self.require_keys = require_keys
+
+    def guards(self, method: str) -> bool:
+        """Whether the method is one of ours (health and reflection are open to all)."""
+        return method in self._scopes
+
+    def authenticate(self, method: str, metadata: Sequence[tuple[str, str | bytes]]) -> Caller:
+        """The caller of ``method``, or a ``ReachstoreError`` in the auth category."""
+        headers = [value for key, value in metadata if key == "authorization"]
+        if not headers:
+            if self.require_keys:
+                raise errors.ReachstoreError(errors.AUTH_MISSING)
+            return LOCAL_CALLER
+        caller = self._verify(headers[0])
+        needed = self._scopes[method]
+        if needed not in caller.scopes:
+            raise errors.ReachstoreError(
+                errors.AUTH_SCOPE_MISSING,
+                f"this call needs the {needed!r} scope",
+                structured_data={"required_scope": needed, "key_scopes": sorted(caller.scopes)},
+            )
+        return caller
+
+    def _verify(self, header: str | bytes) -> Caller:
+        text = header.decode("latin-1") if isinstance(header, bytes) else header
+        scheme, _, token = text.strip().partition(" ")
+        match = _KEY_RE.fullmatch(token.strip()) if scheme.lower() == "bearer" else None
+        if match is None:
+            raise errors.ReachstoreError(errors.AUTH_MALFORMED)
+        key_id, secret = match.groups()
+        stored = self._find_key(key_id)
+        expected = stored.secret_sha256 if stored is not None else _DUMMY_DIGEST
+        if not hmac.compare_digest(self._digest(secret), expected) or stored is None:
+            raise errors.ReachstoreError(errors.AUTH_INVALID_KEY)
+        # From here on the caller has proved it holds the key: saying why it no longer
+        # works helps it and tells an attacker nothing.
+        if stored.revoked_at is not None:
+            raise errors.ReachstoreError(
+                errors.AUTH_KEY_REVOKED, structured_data={"key_id": key_id}
+            )
+        if stored.expires_at is not None and _aware(stored.expires_at) <= dt.datetime.now(dt.UTC):
+            raise errors.ReachstoreError(
+                errors.AUTH_KEY_EXPIRED, structured_data={"key_id": key_id}
+            )
+        return Caller(stored.tenant, key_id, frozenset(stored.scopes), tuple(stored.namespaces))
