@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import ctypes
 import ctypes.util
+import datetime as dt
+import ipaddress
 import os
 import signal
 import subprocess
@@ -23,11 +25,16 @@ from pathlib import Path
 import grpc
 import httpx
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from sqlalchemy import Engine
 
 from reachstore.ingest.v1 import ingest_service_pb2 as ingest_pb
 from reachstore.ingest.v1 import ingest_service_pb2_grpc as ingest_grpc
+from services.admin.api.keys import check_key_request
+from services.common.auth import LOCAL_TENANT
 from services.common.config import ConfigError, Settings
-from services.storage.engine import init_schema, make_engine
+from services.common.errors import ReachstoreError
+from services.storage.engine import init_schema, make_engine, make_sessions
+from services.storage.keys import KeyRecord, KeyStore
 
 READY_TIMEOUT_SECONDS = 60.0
 _PR_SET_PDEATHSIG = 1  # from <sys/prctl.h>
@@ -127,13 +134,36 @@ def _wait_http_healthy(url: str, system: _System, deadline: float) -> None:
     raise RuntimeError(f"{url} did not become healthy in {READY_TIMEOUT_SECONDS:.0f}s")
 
 
-def _seed_demo(ingest_addr: str, deadline: float) -> None:
+def _seeding_credentials(settings: Settings) -> list[tuple[str, str]]:
+    """Metadata for seeding `demo`: none in local mode; with keys required, a key of the
+    local tenant that expires in five minutes (`up` owns the database, so it may mint one)."""
+    if not settings.require_keys:
+        return []
+    engine = make_engine(settings.database_url)
+    try:
+        _record, key = KeyStore(make_sessions(engine)).create(
+            LOCAL_TENANT,
+            "reachstore up: seeds the demo namespace",
+            ["read", "write"],
+            [],
+            dt.datetime.now(dt.UTC) + dt.timedelta(minutes=5),
+        )
+    finally:
+        engine.dispose()
+    return [("authorization", f"Bearer {key}")]
+
+
+def _seed_demo(ingest_addr: str, deadline: float, metadata: list[tuple[str, str]]) -> None:
     """Creates the demo namespace and document unless they exist, and waits until the
     document is searchable."""
     with grpc.insecure_channel(ingest_addr) as channel:
         stub = ingest_grpc.IngestServiceStub(channel)
         try:
-            stub.CreateNamespace(ingest_pb.CreateNamespaceRequest(name=DEMO_NAMESPACE), timeout=10)
+            stub.CreateNamespace(
+                ingest_pb.CreateNamespaceRequest(name=DEMO_NAMESPACE),
+                timeout=10,
+                metadata=metadata,
+            )
         except grpc.RpcError as exc:
             if exc.code() != grpc.StatusCode.ALREADY_EXISTS:
                 raise
@@ -148,6 +178,7 @@ def _seed_demo(ingest_addr: str, deadline: float) -> None:
                 on_duplicate=ingest_pb.ON_DUPLICATE_SKIP,
             ),
             timeout=10,
+            metadata=metadata,
         ).task
         while task.state not in (
             ingest_pb.TASK_STATE_COMPLETED,
@@ -157,7 +188,9 @@ def _seed_demo(ingest_addr: str, deadline: float) -> None:
             if time.monotonic() > deadline:
                 raise RuntimeError("seeding the demo namespace did not finish in time")
             time.sleep(0.05)
-            task = stub.GetTask(ingest_pb.GetTaskRequest(task_id=task.task_id), timeout=10).task
+            task = stub.GetTask(
+                ingest_pb.GetTaskRequest(task_id=task.task_id), timeout=10, metadata=metadata
+            ).task
         if task.state != ingest_pb.TASK_STATE_COMPLETED:
             raise RuntimeError(f"seeding the demo namespace failed: {task.error.error_code}")
 
@@ -179,10 +212,19 @@ def cmd_up(args: argparse.Namespace) -> int:
             "REACHSTORE_INGEST_ADDR": addr["ingest"],
         }
     )
+    if args.require_keys:
+        env["REACHSTORE_REQUIRE_KEYS"] = "true"
     try:
         settings = Settings.from_env(env)  # fails fast on a bad setting, before anything starts
     except ConfigError as exc:
         _fail(f"bad setting: {exc}")
+        return 2
+    if not settings.require_keys and not _is_loopback(args.host):
+        _fail(
+            f"refusing to listen on {args.host} without API keys: anyone who can reach it could "
+            "read and change everything. Use --require-keys (or REACHSTORE_REQUIRE_KEYS=true) "
+            "and create keys with `reachstore keys create`, or listen on 127.0.0.1."
+        )
         return 2
     # The schema is created once here, so the services never race to create it.
     engine = make_engine(settings.database_url)
@@ -209,7 +251,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         for name in COMPONENT_PORT_OFFSETS:
             _wait_grpc_healthy(addr[name], system, deadline)
         _wait_http_healthy(url, system, deadline)
-        _seed_demo(addr["ingest"], deadline)
+        _seed_demo(addr["ingest"], deadline, _seeding_credentials(settings))
     except (RuntimeError, grpc.RpcError) as exc:
         _fail(f"start-up failed: {exc}")
         system.stop()
@@ -222,6 +264,100 @@ def cmd_up(args: argparse.Namespace) -> int:
             return 1
     system.stop()
     return 0
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _key_store(args: argparse.Namespace) -> tuple[KeyStore, Engine]:
+    env = {**os.environ, "REACHSTORE_DATA_DIR": str(Path(args.data_dir).resolve())}
+    engine = make_engine(Settings.from_env(env).database_url)
+    init_schema(engine)
+    return KeyStore(make_sessions(engine)), engine
+
+
+def _key_line(record: KeyRecord) -> str:
+    state = "revoked" if record.revoked_at else "active"
+    expires = record.expires_at.isoformat() if record.expires_at else "never"
+    grants = ",".join(record.namespaces) or "*"
+    return (
+        f"{record.key_id}  tenant={record.tenant}  scopes={','.join(record.scopes)}  "
+        f"namespaces={grants}  expires={expires}  {state}  {record.name}"
+    )
+
+
+def cmd_keys_create(args: argparse.Namespace) -> int:
+    scopes = [s for s in args.scopes.split(",") if s]
+    namespaces = [n for n in (args.namespaces or "").split(",") if n]
+    try:
+        expires = check_key_request(args.name, scopes, namespaces, args.ttl_seconds)
+    except ReachstoreError as exc:
+        _fail(exc.failure.message)
+        return 2
+    store, engine = _key_store(args)
+    try:
+        record, key = store.create(args.tenant, args.name, scopes, namespaces, expires)
+    finally:
+        engine.dispose()
+    print(_key_line(record))
+    print(f"key (shown once, store it now): {key}")
+    return 0
+
+
+def cmd_keys_list(args: argparse.Namespace) -> int:
+    store, engine = _key_store(args)
+    try:
+        after = None
+        while page := store.list(args.tenant, 100, after):
+            for record in page:
+                print(_key_line(record))
+            after = page[-1].key_id
+    finally:
+        engine.dispose()
+    return 0
+
+
+def cmd_keys_revoke(args: argparse.Namespace) -> int:
+    store, engine = _key_store(args)
+    try:
+        record = store.revoke(args.tenant, args.key_id)
+    finally:
+        engine.dispose()
+    if record is None:
+        _fail(f"tenant {args.tenant!r} has no key {args.key_id!r}")
+        return 1
+    print(_key_line(record))
+    return 0
+
+
+KEY_COMMANDS = {"create": cmd_keys_create, "list": cmd_keys_list, "revoke": cmd_keys_revoke}
+
+
+def _add_keys_parser(commands: argparse._SubParsersAction) -> None:
+    keys = commands.add_parser("keys", help="manage API keys in the store directly")
+    actions = keys.add_subparsers(dest="action", required=True)
+    for action in ("create", "list", "revoke"):
+        sub = actions.add_parser(action)
+        sub.add_argument("--data-dir", default="./data", help="the data folder `up` uses")
+        sub.add_argument("--tenant", default=LOCAL_TENANT, help="the tenant the key acts for")
+        if action == "create":
+            sub.add_argument("--scopes", required=True, help="comma-separated: read,write,admin")
+            sub.add_argument("--namespaces", default="", help="comma-separated name patterns")
+            sub.add_argument("--name", default="", help="a label for people")
+            sub.add_argument("--ttl-seconds", type=int, default=0, help="0: never expires")
+        if action == "revoke":
+            sub.add_argument("key_id")
+        sub.set_defaults(
+            func={"create": cmd_keys_create, "list": cmd_keys_list, "revoke": cmd_keys_revoke}[
+                action
+            ]
+        )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -244,7 +380,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="Prometheus metrics of the query service (coverage, failed namespaces "
         f"by category); default: grpc-port-base + {METRICS_PORT_OFFSET}; 0 turns them off",
     )
+    up.add_argument(
+        "--require-keys",
+        action="store_true",
+        help="every call must present an API key; needed to listen beyond loopback",
+    )
     up.set_defaults(func=cmd_up)
+    _add_keys_parser(commands)
     return parser
 
 
