@@ -401,6 +401,16 @@ def namespace_unavailable_failure(name: str) -> pf_pb2.PartialFailure:
     return failure
 
 
+def outside_grants(namespace: str) -> ReachstoreError:
+    """A write to a namespace the caller's key is not granted (reads get the unavailable
+    answer instead, so they reveal nothing)."""
+    return ReachstoreError(
+        AUTH_SCOPE_MISSING,
+        f"the API key's namespace grants do not cover {namespace!r}",
+        structured_data={"namespace": namespace},
+    )
+
+
 def over_limit(
     spec: ErrorSpec, field: str, what: str, limit: int, actual: int, unit: str = ""
 ) -> ReachstoreError:

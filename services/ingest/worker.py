@@ -133,6 +133,11 @@ class IngestWorker:
 
     def _judge(self, session: Session, task: ClaimedTask) -> _Verdict:
         """Whether the task can be stored as asked, on the state in ``session``."""
+        if task.refusal is not None:
+            code, message, data = task.refusal
+            return _Verdict(
+                errors.ReachstoreError(errors.lookup(code), message, structured_data=data)
+            )
         namespace = self._store.namespace_in(session, task.tenant, task.namespace)
         if namespace is None:
             return _Verdict(errors.namespace_unavailable(task.namespace))

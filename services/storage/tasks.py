@@ -61,6 +61,8 @@ class ClaimedTask:
     text: str
     metadata: dict[str, str]
     on_duplicate: str
+    # Set when the task was refused on arrival: (error code, message, data) to fail it with.
+    refusal: tuple[str, str, dict[str, Any]] | None = None
 
 
 def _info(row: TaskRow) -> TaskInfo:
@@ -115,6 +117,34 @@ class TaskStore:
             session.add_all(rows)
         return [_info(r) for r in rows]
 
+    def enqueue_refused(
+        self, tenant: str, task: NewTask, error_code: str, message: str, data: dict[str, Any]
+    ) -> TaskInfo:
+        """Queues a task that can only fail, without its text. It is queued like any other
+        and the worker fails it with this error, so from outside it cannot be told apart
+        from a task that failed on its own (anti-enumeration)."""
+        now = utcnow()
+        row = TaskRow(
+            task_id=new_task_id(),
+            tenant=tenant,
+            namespace=task.namespace,
+            document_id=task.document_id,
+            text=None,
+            metadata_json="{}",
+            on_duplicate=task.on_duplicate,
+            state=QUEUED,
+            phase="",
+            percent=0,
+            error_code=error_code,
+            error_message=message,
+            error_data_json=json.dumps(data, ensure_ascii=False),
+            created_at=now,
+            updated_at=now,
+        )
+        with self._sessions.begin() as session:
+            session.add(row)
+        return _info(row)
+
     def get(self, tenant: str, task_id: str) -> TaskInfo | None:
         with self._sessions() as session:
             row = session.scalar(
@@ -144,6 +174,9 @@ class TaskStore:
                     r.text or "",
                     json.loads(r.metadata_json),
                     r.on_duplicate,
+                    (r.error_code, r.error_message, json.loads(r.error_data_json))
+                    if r.error_code
+                    else None,
                 )
                 for r in rows
             ]

@@ -16,11 +16,12 @@ import grpc
 from reachstore.ingest.v1 import ingest_service_pb2 as pb
 from reachstore.ingest.v1 import ingest_service_pb2_grpc as pb_grpc
 from services.common import errors, names, paging
-from services.common.identity import caller_tenant
+from services.common.auth import Caller
+from services.common.identity import caller
 from services.embedding import Embedder
 from services.ingest.api.convert import namespace_to_pb, task_to_pb
 from services.storage.repository import NamespaceExists, NamespaceInfo, SemanticStore
-from services.storage.tasks import NewTask, TaskStore
+from services.storage.tasks import NewTask, TaskInfo, TaskStore
 
 T = TypeVar("T")
 
@@ -76,10 +77,12 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
     async def _run(fn: Callable[..., T], *args: object) -> T:
         return await asyncio.to_thread(fn, *args)
 
-    async def _namespace(self, tenant: str, name: str, field: str) -> NamespaceInfo:
+    async def _namespace(self, who: Caller, name: str, field: str) -> NamespaceInfo:
+        """The namespace, if it exists and the caller's key may use it. Both refusals are
+        the same answer, after the same look-up (anti-enumeration)."""
         names.check_namespace_name(name, field)
-        info = await self._run(self._store.get_namespace, tenant, name)
-        if info is None:
+        info = await self._run(self._store.get_namespace, who.tenant, name)
+        if info is None or not who.may_use(name):
             raise errors.namespace_unavailable(name)
         return info
 
@@ -88,12 +91,14 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
     async def CreateNamespace(
         self, request: pb.CreateNamespaceRequest, context: grpc.aio.ServicerContext
     ) -> pb.CreateNamespaceResponse:
-        tenant = caller_tenant(context)
+        who = caller(context)
         names.check_namespace_name(request.name, "name")
+        if not who.may_use(request.name):
+            raise errors.outside_grants(request.name)
         try:
             info = await self._run(
                 self._store.create_namespace,
-                tenant,
+                who.tenant,
                 request.name,
                 self._embedder.model_id,
                 self._embedder.dimension,
@@ -109,7 +114,7 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
     async def GetNamespace(
         self, request: pb.GetNamespaceRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetNamespaceResponse:
-        info = await self._namespace(caller_tenant(context), request.name, "name")
+        info = await self._namespace(caller(context), request.name, "name")
         return pb.GetNamespaceResponse(namespace=namespace_to_pb(info))
 
     async def ListNamespaces(
@@ -117,21 +122,24 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
     ) -> pb.ListNamespacesResponse:
         size = names.page_size(request.page_size)
         after = paging.decode_token(request.page_token)
-        rows = await self._run(self._store.list_namespaces, caller_tenant(context), size + 1, after)
+        who = caller(context)
+        rows = await self._run(self._store.list_namespaces, who.tenant, size + 1, after)
         page = rows[:size]
         token = paging.encode_token(page[-1].name) if len(rows) > size else ""
+        # Namespaces outside the key's grants are left out, so a page may come back short.
         return pb.ListNamespacesResponse(
-            namespaces=[namespace_to_pb(r) for r in page], next_page_token=token
+            namespaces=[namespace_to_pb(r) for r in page if who.may_use(r.name)],
+            next_page_token=token,
         )
 
     async def DeleteNamespace(
         self, request: pb.DeleteNamespaceRequest, context: grpc.aio.ServicerContext
     ) -> pb.DeleteNamespaceResponse:
-        tenant = caller_tenant(context)
-        names.check_namespace_name(request.name, "name")
-        if not await self._run(self._store.delete_namespace, tenant, request.name):
+        who = caller(context)
+        await self._namespace(who, request.name, "name")
+        if not await self._run(self._store.delete_namespace, who.tenant, request.name):
             raise errors.namespace_unavailable(request.name)
-        await self._run(self._tasks.delete_for_namespace, tenant, request.name)
+        await self._run(self._tasks.delete_for_namespace, who.tenant, request.name)
         return pb.DeleteNamespaceResponse()
 
     # --- documents --------------------------------------------------------------------
@@ -144,32 +152,42 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
             raise errors.invalid("document", "is required")
         document_id = _check_document(request.document, "document")
         on_duplicate = _on_duplicate(request.on_duplicate)
+        who = caller(context)
+        new = NewTask(
+            request.namespace,
+            document_id,
+            request.document.text,
+            dict(request.document.metadata),
+            on_duplicate,
+        )
         # Whether the namespace exists, and whether the id is taken, are decided by the task
         # and reported in its progress: accepting is only about the request's own shape.
-        [task] = await self._run(
-            self._tasks.enqueue,
-            caller_tenant(context),
-            [
-                NewTask(
-                    request.namespace,
-                    document_id,
-                    request.document.text,
-                    dict(request.document.metadata),
-                    on_duplicate,
-                )
-            ],
-        )
-        self._wake_worker()
+        # A namespace outside the key's grants gets the very answer of a missing one: a
+        # task that fails as unavailable.
+        if who.may_use(request.namespace):
+            [task] = await self._run(self._tasks.enqueue, who.tenant, [new])
+            self._wake_worker()
+        else:
+            refusal = errors.namespace_unavailable(request.namespace)
+            task = await self._run(
+                self._tasks.enqueue_refused,
+                who.tenant,
+                new,
+                refusal.code,
+                refusal.failure.message,
+                dict(refusal.failure.structured_data),
+            )
         return pb.CreateDocumentResponse(task=task_to_pb(task))
 
     async def BatchCreateDocuments(
         self, request: pb.BatchCreateDocumentsRequest, context: grpc.aio.ServicerContext
     ) -> pb.BatchCreateDocumentsResponse:
-        tenant = caller_tenant(context)
+        who = caller(context)
+        tenant = who.tenant
         docs = request.documents
         self._check_envelope(docs)
         on_duplicate = _on_duplicate(request.on_duplicate)
-        namespace = await self._namespace(tenant, request.namespace, "namespace")
+        namespace = await self._namespace(who, request.namespace, "namespace")
 
         results: list[pb.BatchDocumentResult] = []
         failed = []
@@ -274,11 +292,11 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
     async def DeleteDocument(
         self, request: pb.DeleteDocumentRequest, context: grpc.aio.ServicerContext
     ) -> pb.DeleteDocumentResponse:
-        tenant = caller_tenant(context)
-        namespace = await self._namespace(tenant, request.namespace, "namespace")
+        who = caller(context)
+        namespace = await self._namespace(who, request.namespace, "namespace")
         names.check_document_id(request.document_id, "document_id")
         if not await self._run(
-            self._store.delete_document, tenant, namespace.id, request.document_id
+            self._store.delete_document, who.tenant, namespace.id, request.document_id
         ):
             raise errors.ReachstoreError(
                 errors.DOCUMENT_NOT_FOUND,
@@ -295,18 +313,26 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
     async def GetTask(
         self, request: pb.GetTaskRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetTaskResponse:
-        task = await self._run(self._tasks.get, caller_tenant(context), request.task_id)
-        if task is None:
-            raise _task_not_found(request.task_id)
-        return pb.GetTaskResponse(task=task_to_pb(task))
+        return pb.GetTaskResponse(
+            task=task_to_pb(await self._task(caller(context), request.task_id))
+        )
 
     async def CancelTask(
         self, request: pb.CancelTaskRequest, context: grpc.aio.ServicerContext
     ) -> pb.CancelTaskResponse:
-        task = await self._run(self._tasks.request_cancel, caller_tenant(context), request.task_id)
-        if task is None:
+        who = caller(context)
+        await self._task(who, request.task_id)
+        task = await self._run(self._tasks.request_cancel, who.tenant, request.task_id)
+        if task is None:  # deleted with its namespace in between
             raise _task_not_found(request.task_id)
         return pb.CancelTaskResponse(task=task_to_pb(task))
+
+    async def _task(self, who: Caller, task_id: str) -> TaskInfo:
+        """The task, if it is the caller's tenant's and in a namespace its key may use."""
+        task = await self._run(self._tasks.get, who.tenant, task_id)
+        if task is None or not who.may_use(task.namespace):
+            raise _task_not_found(task_id)
+        return task
 
 
 def _task_not_found(task_id: str) -> errors.ReachstoreError:

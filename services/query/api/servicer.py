@@ -23,7 +23,8 @@ from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
 from reachstore.query.v1 import query_service_pb2 as pb
 from reachstore.query.v1 import query_service_pb2_grpc as pb_grpc
 from services.common import errors, names, paging
-from services.common.identity import caller_tenant
+from services.common.auth import Caller
+from services.common.identity import caller
 from services.common.timefmt import rfc3339
 from services.embedding import Embedder
 from services.query.fanout import FanOut
@@ -147,14 +148,15 @@ class QueryServicer(pb_grpc.QueryServiceServicer):
     async def Query(
         self, request: pb.QueryRequest, context: grpc.aio.ServicerContext
     ) -> pb.QueryResponse:
-        tenant = caller_tenant(context)
+        who = caller(context)
+        tenant = who.tenant
         requested = self._namespaces(request)
         top_k, budget_ms = self._check(request)
         loop = asyncio.get_running_loop()
         # One hand-off for the two reads every query needs: which namespaces exist (and
         # their change seq, for read-your-writes) and the question's vector.
         requested, heads, vector = await loop.run_in_executor(
-            self._pool, self._prepare, tenant, requested, request.query
+            self._pool, self._prepare, who, requested, request.query
         )
         plan = _Plan(
             vector=vector,
@@ -187,12 +189,14 @@ class QueryServicer(pb_grpc.QueryServiceServicer):
         return self._respond(request, requested, outcomes, top_k)
 
     def _prepare(
-        self, tenant: str, requested: list[str], query: str
+        self, who: Caller, requested: list[str], query: str
     ) -> tuple[list[str], dict[str, NamespaceInfo], np.ndarray]:
         if requested == ["*"]:
-            requested = self._store.namespace_names(tenant)
-        heads = self._store.namespace_heads(tenant, requested)
-        return requested, heads, self._embedder.embed([query])[0]
+            requested = [n for n in self._store.namespace_names(who.tenant) if who.may_use(n)]
+        heads = self._store.namespace_heads(who.tenant, requested)
+        # A namespace outside the key's grants reads exactly like one that does not exist.
+        visible = {name: head for name, head in heads.items() if who.may_use(name)}
+        return requested, visible, self._embedder.embed([query])[0]
 
     def _refusal(self, name: str, head: NamespaceInfo | None) -> pf_pb2.PartialFailure | None:
         """The failure of a namespace that cannot be searched at all, if it cannot."""
@@ -316,18 +320,21 @@ class QueryServicer(pb_grpc.QueryServiceServicer):
 
     # --- documents --------------------------------------------------------------------------
 
-    async def _namespace(self, tenant: str, name: str) -> NamespaceInfo:
+    async def _namespace(self, who: Caller, name: str) -> NamespaceInfo:
+        """The namespace, if it exists and the caller's key may use it; both refusals are
+        the same answer after the same look-up (anti-enumeration)."""
         names.check_namespace_name(name, "namespace")
-        heads = await asyncio.to_thread(self._store.namespace_heads, tenant, [name])
-        if name not in heads:
+        heads = await asyncio.to_thread(self._store.namespace_heads, who.tenant, [name])
+        if name not in heads or not who.may_use(name):
             raise errors.namespace_unavailable(name)
         return heads[name]
 
     async def GetDocument(
         self, request: pb.GetDocumentRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetDocumentResponse:
-        tenant = caller_tenant(context)
-        await self._namespace(tenant, request.namespace)
+        who = caller(context)
+        tenant = who.tenant
+        await self._namespace(who, request.namespace)
         names.check_document_id(request.document_id, "document_id")
         doc = await asyncio.to_thread(
             self._store.get_document, tenant, request.namespace, request.document_id
@@ -346,8 +353,9 @@ class QueryServicer(pb_grpc.QueryServiceServicer):
     async def ListDocuments(
         self, request: pb.ListDocumentsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListDocumentsResponse:
-        tenant = caller_tenant(context)
-        namespace = await self._namespace(tenant, request.namespace)
+        who = caller(context)
+        tenant = who.tenant
+        namespace = await self._namespace(who, request.namespace)
         size = names.page_size(request.page_size)
         after = paging.decode_token(request.page_token)
         rows = await asyncio.to_thread(
