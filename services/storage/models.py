@@ -126,6 +126,9 @@ class TaskRow(Base):
     text: Mapped[str | None] = mapped_column(Text, nullable=True)
     metadata_json: Mapped[str] = mapped_column(Text, default="{}")
     on_duplicate: Mapped[str] = mapped_column(String(16))
+    # The API key that submitted the task (empty for the local caller): its own tasks stay
+    # visible to a key even outside its namespace grants.
+    submitted_by: Mapped[str] = mapped_column(String(32), default="")
     state: Mapped[str] = mapped_column(String(16))
     phase: Mapped[str] = mapped_column(String(16), default="")
     percent: Mapped[int] = mapped_column(Integer, default=0)

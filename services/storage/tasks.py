@@ -48,6 +48,7 @@ class TaskInfo:
     error_data: dict[str, Any]
     created_at: dt.datetime
     updated_at: dt.datetime
+    submitted_by: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +80,7 @@ def _info(row: TaskRow) -> TaskInfo:
         json.loads(row.error_data_json),
         row.created_at,
         row.updated_at,
+        row.submitted_by,
     )
 
 
@@ -90,7 +92,9 @@ class TaskStore:
     def __init__(self, sessions: sessionmaker[Session]) -> None:
         self._sessions = sessions
 
-    def enqueue(self, tenant: str, tasks: Sequence[NewTask]) -> list[TaskInfo]:
+    def enqueue(
+        self, tenant: str, tasks: Sequence[NewTask], submitted_by: str = ""
+    ) -> list[TaskInfo]:
         """Stores tasks as queued, all in one transaction; returns them in order."""
         now = utcnow()
         rows = [
@@ -102,6 +106,7 @@ class TaskStore:
                 text=t.text,
                 metadata_json=json.dumps(t.metadata, ensure_ascii=False),
                 on_duplicate=t.on_duplicate,
+                submitted_by=submitted_by,
                 state=QUEUED,
                 phase="",
                 percent=0,
@@ -118,7 +123,13 @@ class TaskStore:
         return [_info(r) for r in rows]
 
     def enqueue_refused(
-        self, tenant: str, task: NewTask, error_code: str, message: str, data: dict[str, Any]
+        self,
+        tenant: str,
+        task: NewTask,
+        error_code: str,
+        message: str,
+        data: dict[str, Any],
+        submitted_by: str = "",
     ) -> TaskInfo:
         """Queues a task that can only fail, without its text. It is queued like any other
         and the worker fails it with this error, so from outside it cannot be told apart
@@ -132,6 +143,7 @@ class TaskStore:
             text=None,
             metadata_json="{}",
             on_duplicate=task.on_duplicate,
+            submitted_by=submitted_by,
             state=QUEUED,
             phase="",
             percent=0,

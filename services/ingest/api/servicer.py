@@ -165,7 +165,7 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
         # A namespace outside the key's grants gets the very answer of a missing one: a
         # task that fails as unavailable.
         if who.may_use(request.namespace):
-            [task] = await self._run(self._tasks.enqueue, who.tenant, [new])
+            [task] = await self._run(self._tasks.enqueue, who.tenant, [new], who.key_id)
             self._wake_worker()
         else:
             refusal = errors.namespace_unavailable(request.namespace)
@@ -176,7 +176,9 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
                 refusal.code,
                 refusal.failure.message,
                 dict(refusal.failure.structured_data),
+                who.key_id,
             )
+            self._wake_worker()
         return pb.CreateDocumentResponse(task=task_to_pb(task))
 
     async def BatchCreateDocuments(
@@ -238,7 +240,9 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
                 )
             )
         if accepted:
-            tasks = await self._run(self._tasks.enqueue, tenant, [t for _, t in accepted])
+            tasks = await self._run(
+                self._tasks.enqueue, tenant, [t for _, t in accepted], who.key_id
+            )
             for (index, _), task in zip(accepted, tasks, strict=True):
                 results[index].task_id = task.task_id
             self._wake_worker()
@@ -328,9 +332,11 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
         return pb.CancelTaskResponse(task=task_to_pb(task))
 
     async def _task(self, who: Caller, task_id: str) -> TaskInfo:
-        """The task, if it is the caller's tenant's and in a namespace its key may use."""
+        """The task, if it is the caller's tenant's and the caller's key submitted it or may
+        use its namespace."""
         task = await self._run(self._tasks.get, who.tenant, task_id)
-        if task is None or not who.may_use(task.namespace):
+        mine = task is not None and who.key_id != "" and task.submitted_by == who.key_id
+        if task is None or not (mine or who.may_use(task.namespace)):
             raise _task_not_found(task_id)
         return task
 
