@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import secrets
+import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -261,4 +263,84 @@ def test_outside_its_grants_a_namespace_looks_missing(secured: RunningSystem, ke
         assert failed["error"]["error_code"] == "NAMESPACE_UNAVAILABLE"
         _error(
             http.post("/api/v1/namespaces", json={"name": "elsewhere"}), 403, "AUTH_SCOPE_MISSING"
+        )
+
+
+def _timed(http: httpx.Client, path: str) -> tuple[float, httpx.Response]:
+    started = time.perf_counter()
+    reply = http.get(path)
+    return time.perf_counter() - started, reply
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def test_missing_and_not_yours_cannot_be_told_apart(secured: RunningSystem, keys) -> None:  # type: ignore[no-untyped-def]
+    with _client(secured, keys["acme"]) as acme:
+        _ingest(acme, "acme-only", "doc", "Only acme has this.")
+    with _client(secured, keys["globex"]) as globex:
+        for exists, missing in [
+            ("/api/v1/namespaces/acme-only", "/api/v1/namespaces/never-made"),
+            (
+                "/api/v1/namespaces/acme-only/documents/doc",
+                "/api/v1/namespaces/never-made/documents/doc",
+            ),
+            ("/api/v1/namespaces/acme-only/documents", "/api/v1/namespaces/never-made/documents"),
+        ]:
+            a_times, b_times = [], []
+            for _ in range(120):  # interleaved, so drift in the machine's load hits both alike
+                a, a_reply = _timed(globex, exists)
+                b, b_reply = _timed(globex, missing)
+                a_times.append(a)
+                b_times.append(b)
+            assert a_reply.status_code == b_reply.status_code == 404
+            a_error, b_error = a_reply.json()["error"], b_reply.json()["error"]
+            for error in (a_error, b_error):
+                (
+                    error.pop("request_id"),
+                    error.pop("message"),
+                    error["structured_data"].pop("namespace"),
+                )
+            assert a_error == b_error
+            noise = max(
+                abs(_median(a_times[::2]) - _median(a_times[1::2])),
+                abs(_median(b_times[::2]) - _median(b_times[1::2])),
+            )
+            # Same look-up on both paths; the floor covers timer and scheduler jitter.
+            assert abs(_median(a_times) - _median(b_times)) <= 3 * noise + 0.0003, (exists, noise)
+        deleted = globex.delete("/api/v1/namespaces/acme-only")
+        never = globex.delete("/api/v1/namespaces/never-made")
+        assert deleted.status_code == never.status_code == 404
+    with _client(secured, keys["acme"]) as acme:
+        assert acme.get("/api/v1/namespaces/acme-only").status_code == 200
+
+
+def test_guessing_keys_neither_locks_out_nor_breaks_legitimate_callers(
+    secured: RunningSystem, keys
+) -> None:  # type: ignore[no-untyped-def]
+    codes: list[str] = []
+
+    def attack() -> None:
+        with httpx.Client(base_url=secured.http_url, timeout=30) as http:
+            for _ in range(300):
+                guess = f"rsk_{secrets.token_hex(8)}_{secrets.token_urlsafe(32)}"
+                reply = http.post(
+                    "/api/v1/query", json=QUERY, headers={"Authorization": f"Bearer {guess}"}
+                )
+                codes.append(reply.json()["error"]["code"])
+
+    attacker = threading.Thread(target=attack)
+    attacker.start()
+    statuses = []
+    with _client(secured, keys["acme"]) as http:
+        while attacker.is_alive() or not statuses:
+            statuses.append(
+                http.post("/api/v1/query", json={"namespaces": ["x"], "query": "y"}).status_code
+            )
+        attacker.join()
+        assert set(codes) == {"AUTH_INVALID_KEY"} and len(codes) == 300
+        assert set(statuses) == {200}, "a legitimate caller was refused during the attack"
+        assert (
+            http.post("/api/v1/query", json={"namespaces": ["x"], "query": "y"}).status_code == 200
         )
