@@ -188,9 +188,14 @@ def _seed_demo(ingest_addr: str, deadline: float, metadata: list[tuple[str, str]
             if time.monotonic() > deadline:
                 raise RuntimeError("seeding the demo namespace did not finish in time")
             time.sleep(0.05)
-            task = stub.GetTask(
-                ingest_pb.GetTaskRequest(task_id=task.task_id), timeout=10, metadata=metadata
-            ).task
+            try:
+                task = stub.GetTask(
+                    ingest_pb.GetTaskRequest(task_id=task.task_id), timeout=10, metadata=metadata
+                ).task
+            except grpc.RpcError as exc:
+                if exc.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:  # low call-rate limits
+                    raise
+                time.sleep(1.0)
         if task.state != ingest_pb.TASK_STATE_COMPLETED:
             raise RuntimeError(f"seeding the demo namespace failed: {task.error.error_code}")
 

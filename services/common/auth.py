@@ -97,6 +97,9 @@ class Authenticator:
         self._scopes = scopes
         self.require_keys = require_keys
 
+    def scope_of(self, method: str) -> str:
+        return self._scopes[method]
+
     def guards(self, method: str) -> bool:
         """Whether the method is one of ours (health and reflection are open to all)."""
         return method in self._scopes

@@ -12,7 +12,13 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-# name -> (default, meaning)
+from services.common.config_errors import ConfigError
+from services.common.limits import Limits
+
+__all__ = ["ENVIRONMENT", "ConfigError", "Settings"]
+
+# name -> (default, meaning). The REACHSTORE_LIMIT_* variables are listed, with their
+# defaults, in ``limits.ENVIRONMENT``.
 ENVIRONMENT: dict[str, tuple[str, str]] = {
     "REACHSTORE_DATA_DIR": ("./data", "Folder for SQLite files and index snapshots."),
     "REACHSTORE_DATABASE_URL": ("", "SQLAlchemy URL; empty means SQLite in the data folder."),
@@ -51,10 +57,6 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
     ),
     "REACHSTORE_LOG_LEVEL": ("INFO", "Log level of every component."),
 }
-
-
-class ConfigError(ValueError):
-    """A setting is missing or malformed; the message names it."""
 
 
 def _int(env: Mapping[str, str], name: str, minimum: int) -> int:
@@ -112,6 +114,7 @@ class Settings:
     fault_rebuild_delay_ms: int
     log_level: str
     require_keys: bool
+    limits: Limits
 
     @classmethod
     def from_env(
@@ -149,5 +152,6 @@ class Settings:
             fault_namespace_delay_ms=_delays(env.get("REACHSTORE_FAULT_NAMESPACE_DELAY_MS", "")),
             fault_rebuild_delay_ms=_int(env, "REACHSTORE_FAULT_REBUILD_DELAY_MS", 0),
             require_keys=_bool(env, "REACHSTORE_REQUIRE_KEYS"),
+            limits=Limits.from_env(env),
             log_level=env.get("REACHSTORE_LOG_LEVEL", "INFO").upper(),
         )

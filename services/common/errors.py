@@ -181,6 +181,46 @@ AUTH_SCOPE_MISSING = _entry(
 )
 KEY_NOT_FOUND = _entry("KEY_NOT_FOUND", _P, _S.NOT_FOUND, "The tenant has no API key with this id.")
 
+# --- rate limits and quotas -------------------------------------------------------------
+RATE_LIMITED = _entry(
+    "RATE_LIMITED",
+    _Q,
+    _S.RESOURCE_EXHAUSTED,
+    "Too many calls for this API key or its tenant; retry after retry_after_ms, the wait "
+    "computed for this call.",
+    retry_after_ms=1000,
+)
+NAMESPACE_RATE_LIMITED = _entry(
+    "NAMESPACE_RATE_LIMITED",
+    _Q,
+    _S.RESOURCE_EXHAUSTED,
+    "This namespace is searched more often than allowed; in a query only this namespace "
+    "fails; retry it after retry_after_ms.",
+    retry_after_ms=1000,
+)
+# Size caps do not pass with time, so they are not 429 (which clients retry blindly).
+NAMESPACE_LIMIT_REACHED = _entry(
+    "NAMESPACE_LIMIT_REACHED",
+    _Q,
+    _S.FAILED_PRECONDITION,
+    "The tenant holds as many namespaces as allowed; delete one first. structured_data has "
+    "the limit and the count.",
+)
+DOCUMENT_LIMIT_REACHED = _entry(
+    "DOCUMENT_LIMIT_REACHED",
+    _Q,
+    _S.FAILED_PRECONDITION,
+    "The namespace holds as many documents as allowed; in a batch only the documents over "
+    "the limit fail. structured_data has the limit and the count.",
+)
+STORAGE_LIMIT_REACHED = _entry(
+    "STORAGE_LIMIT_REACHED",
+    _Q,
+    _S.FAILED_PRECONDITION,
+    "The tenant stores as many bytes as allowed; in a batch only the documents over the "
+    "limit fail. structured_data has limit_bytes and actual_bytes.",
+)
+
 # --- batches ---------------------------------------------------------------------------
 BATCH_EMPTY = _entry("BATCH_EMPTY", _P, _S.INVALID_ARGUMENT, "A batch holds no documents.")
 BATCH_TOO_LARGE = _entry(

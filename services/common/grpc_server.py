@@ -18,8 +18,9 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from grpc_status import rpc_status
 
-from services.common import errors, identity
-from services.common.auth import Authenticator
+from services.common import errors, identity, limits
+from services.common.auth import Authenticator, Caller
+from services.common.limits import CallKind, RequestLimiter
 
 log = logging.getLogger(__name__)
 
@@ -42,13 +43,18 @@ def _wrap_unary(
     behavior: Callable[..., Awaitable[Any]],
     method: str,
     authenticator: Authenticator | None,
+    limiter: RequestLimiter | None,
     metadata: Sequence[tuple[str, str | bytes]],
 ) -> Callable[..., Awaitable[Any]]:
     async def handler(request: Any, context: grpc.aio.ServicerContext) -> Any:
         token = None
         try:
             if authenticator is not None and authenticator.guards(method):
-                token = identity.set_caller(authenticator.authenticate(method, metadata))
+                who = authenticator.authenticate(method, metadata)
+                # The keyless local caller (development mode) is not rate limited.
+                if limiter is not None and who.key_id:
+                    _check_rate(limiter, who, authenticator.scope_of(method))
+                token = identity.set_caller(who)
             return await behavior(request, context)
         except errors.ReachstoreError as exc:
             log.info("rejected %s: %s %s", method, exc.code, exc.failure.message)
@@ -73,11 +79,26 @@ def _wrap_unary(
     return handler
 
 
-class _CallGuard(grpc.aio.ServerInterceptor):
-    """Authenticates each call to our services, then runs it with our error translation."""
+def _check_rate(limiter: RequestLimiter, who: Caller, scope: str) -> None:
+    """Reads count against the query rate, everything else against the write rate."""
+    kind: CallKind = "query" if scope == "read" else "write"
+    wait = limiter.check_call(who.tenant, who.key_id, kind)
+    if wait > 0:
+        raise errors.ReachstoreError(
+            errors.RATE_LIMITED,
+            f"too many {kind} calls for this key or its tenant; retry in {wait:.3f} s",
+            retry_after_ms=limits.retry_after_ms(wait),
+            structured_data={"kind": kind},
+        )
 
-    def __init__(self, authenticator: Authenticator | None) -> None:
+
+class _CallGuard(grpc.aio.ServerInterceptor):
+    """Authenticates each call to our services, applies the call-rate limits, then runs it
+    with our error translation."""
+
+    def __init__(self, authenticator: Authenticator | None, limiter: RequestLimiter | None) -> None:
         self._authenticator = authenticator
+        self._limiter = limiter
 
     async def intercept_service(
         self,
@@ -92,6 +113,7 @@ class _CallGuard(grpc.aio.ServerInterceptor):
                 handler.unary_unary,
                 handler_call_details.method,
                 self._authenticator,
+                self._limiter,
                 tuple(handler_call_details.invocation_metadata or ()),
             ),
             request_deserializer=handler.request_deserializer,
@@ -104,13 +126,16 @@ def create_server(
     service_names: Iterable[str],
     address: str,
     authenticator: Authenticator | None = None,
+    limiter: RequestLimiter | None = None,
 ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
     """Builds a server with our services, health and reflection, bound to ``address``.
 
     Returns the server (not started), the bound port (useful with ``host:0``) and the
     health servicer so the caller can flip serving states.
     """
-    server = grpc.aio.server(interceptors=[_CallGuard(authenticator)], options=GRPC_OPTIONS)
+    server = grpc.aio.server(
+        interceptors=[_CallGuard(authenticator, limiter)], options=GRPC_OPTIONS
+    )
     names = list(service_names)
     for register in registrars:
         register(server)

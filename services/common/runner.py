@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable
 
 from services.common.auth import Authenticator
 from services.common.grpc_server import Registrar, create_server, mark_serving
+from services.common.limits import RequestLimiter
 
 log = logging.getLogger(__name__)
 
@@ -23,9 +24,12 @@ async def serve(
     address: str,
     on_stop: Callable[[], None] | None = None,
     authenticator: Authenticator | None = None,
+    limiter: RequestLimiter | None = None,
 ) -> None:
     """Serves until a stop signal, then stops gracefully and calls ``on_stop``."""
-    server, port, health_servicer = create_server(registrars, service_names, address, authenticator)
+    server, port, health_servicer = create_server(
+        registrars, service_names, address, authenticator, limiter
+    )
     await server.start()
     await mark_serving(health_servicer, service_names)
     log.info("%s serving on %s (port %d)", component, address, port)

@@ -10,6 +10,7 @@ from reachstore.ingest.v1 import ingest_service_pb2, ingest_service_pb2_grpc
 from services.admin.api.keys import KeyServicer
 from services.common import logs
 from services.common.config import Settings
+from services.common.limits import RequestLimiter
 from services.common.runner import serve
 from services.embedding import default_embedder
 from services.ingest.api.servicer import IngestServicer
@@ -37,7 +38,7 @@ def main() -> None:
     worker = IngestWorker(store, tasks, embedder, settings.ingest_batch_chunks)
     thread = threading.Thread(target=worker.run, name="ingest-worker", daemon=True)
     thread.start()
-    servicer = IngestServicer(store, tasks, embedder, worker.wake)
+    servicer = IngestServicer(store, tasks, embedder, worker.wake, settings.limits)
     keys = KeyServicer(KeyStore(sessions))
 
     def stop_worker() -> None:
@@ -58,6 +59,7 @@ def main() -> None:
             settings.listen,
             on_stop=stop_worker,
             authenticator=authenticator_for(sessions, SERVICES, settings.require_keys),
+            limiter=RequestLimiter(settings.limits),
         )
     )
 

@@ -15,6 +15,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 from reachstore.query.v1 import query_service_pb2, query_service_pb2_grpc  # noqa: E402
 from services.common import logs  # noqa: E402
 from services.common.config import Settings  # noqa: E402
+from services.common.limits import RequestLimiter  # noqa: E402
 from services.common.runner import serve  # noqa: E402
 from services.embedding import default_embedder  # noqa: E402
 from services.query.api.servicer import QueryServicer  # noqa: E402
@@ -52,6 +53,7 @@ async def _run(settings: Settings) -> None:
     embedder = default_embedder(settings.embed_threads)
     indexes = IndexManager(store, settings.data_dir / "indexes", settings.fault_rebuild_delay_ms)
     indexes.warm()
+    limiter = RequestLimiter(settings.limits)
     metrics = QueryMetrics()
     if settings.metrics_listen:
         metrics.serve(settings.metrics_listen)
@@ -66,6 +68,7 @@ async def _run(settings: Settings) -> None:
         max_namespaces=settings.query_max_namespaces,
         fault_delay_ms=settings.fault_namespace_delay_ms,
         metrics=metrics,
+        limiter=limiter,
     )
     snapshots = asyncio.create_task(_snapshot_loop(indexes, store))
 
@@ -85,6 +88,7 @@ async def _run(settings: Settings) -> None:
         [SERVICE_NAME],
         settings.listen,
         on_stop=on_stop,
+        limiter=limiter,
         authenticator=authenticator_for(
             make_sessions(engine),
             [query_service_pb2.DESCRIPTOR.services_by_name["QueryService"]],

@@ -124,6 +124,8 @@ class TaskRow(Base):
     namespace: Mapped[str] = mapped_column(String(256))
     document_id: Mapped[str] = mapped_column(String(DOC_ID_LEN))
     text: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # UTF-8 size of the submitted text, for the stored-bytes quota while the task is queued.
+    text_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
     metadata_json: Mapped[str] = mapped_column(Text, default="{}")
     on_duplicate: Mapped[str] = mapped_column(String(16))
     # The API key that submitted the task (empty for the local caller): its own tasks stay

@@ -47,3 +47,12 @@ class StoredChunk:
     content_hash: str
     embedding: bytes
     metadata: dict[str, str]
+
+
+@dataclasses.dataclass(frozen=True)
+class Usage:
+    """A tenant's use of the size quotas, for one namespace."""
+
+    namespaces: int
+    documents: int  # in the namespace, stored or queued
+    stored_bytes: int  # in the whole tenant, stored or queued

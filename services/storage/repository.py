@@ -15,8 +15,15 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from services.storage.heads import NamespaceHeads
-from services.storage.models import ChangeRow, ChunkRow, DocumentRow, NamespaceRow, utcnow
-from services.storage.records import ChunkData, DocumentInfo, NamespaceInfo, StoredChunk
+from services.storage.models import (
+    ChangeRow,
+    ChunkRow,
+    DocumentRow,
+    NamespaceRow,
+    TaskRow,
+    utcnow,
+)
+from services.storage.records import ChunkData, DocumentInfo, NamespaceInfo, StoredChunk, Usage
 
 
 class NamespaceExists(Exception):
@@ -179,6 +186,41 @@ class SemanticStore:
             return [
                 DocumentInfo(namespace, r[0], "", json.loads(r[1]), r[2], r[3], r[4]) for r in rows
             ]
+
+    def usage(self, tenant: str, namespace: str) -> Usage:
+        """What counts against the size quotas: stored documents plus those accepted and
+        still queued (so a burst of batches cannot slip past a quota before indexing)."""
+        with self._sessions() as session:
+            namespaces = session.scalar(
+                select(func.count()).select_from(NamespaceRow).where(NamespaceRow.tenant == tenant)
+            )
+            stored_docs = session.scalar(
+                select(func.count())
+                .select_from(DocumentRow)
+                .join(NamespaceRow, NamespaceRow.id == DocumentRow.namespace_id)
+                .where(DocumentRow.tenant == tenant, NamespaceRow.name == namespace)
+            )
+            stored_bytes = session.scalar(
+                select(func.coalesce(func.sum(DocumentRow.text_bytes), 0)).where(
+                    DocumentRow.tenant == tenant
+                )
+            )
+            queued = session.execute(
+                select(
+                    TaskRow.namespace,
+                    func.count(),
+                    func.coalesce(func.sum(TaskRow.text_bytes), 0),
+                )
+                .where(TaskRow.tenant == tenant, TaskRow.state.in_(["queued", "processing"]))
+                .group_by(TaskRow.namespace)
+            ).all()
+        queued_docs = sum(count for name, count, _ in queued if name == namespace)
+        queued_bytes = sum(int(size) for _, _, size in queued)
+        return Usage(
+            namespaces=int(namespaces or 0),
+            documents=int(stored_docs or 0) + queued_docs,
+            stored_bytes=int(stored_bytes or 0) + queued_bytes,
+        )
 
     def existing_document_ids(self, tenant: str, namespace_id: int, ids: Sequence[str]) -> set[str]:
         with self._sessions() as session:

@@ -104,6 +104,7 @@ class TaskStore:
                 namespace=t.namespace,
                 document_id=t.document_id,
                 text=t.text,
+                text_bytes=len(t.text.encode()),
                 metadata_json=json.dumps(t.metadata, ensure_ascii=False),
                 on_duplicate=t.on_duplicate,
                 submitted_by=submitted_by,

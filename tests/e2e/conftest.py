@@ -32,7 +32,11 @@ def wait_task(http: httpx.Client, task_id: str, timeout: float = 60.0) -> dict[s
     """Polls a task as an agent would, honouring poll_after_ms, until it finishes."""
     deadline = time.monotonic() + timeout
     while True:
-        task = http.get(f"/api/v1/tasks/{task_id}").json()["task"]
+        reply = http.get(f"/api/v1/tasks/{task_id}")
+        if reply.status_code == 429:  # over a call-rate limit: wait as advised
+            time.sleep(reply.json()["error"]["retry_after_ms"] / 1000)
+            continue
+        task = reply.json()["task"]
         if task["state"] in TERMINAL:
             return task
         assert task["agent_decision_hint"] == "poll_again"

@@ -49,7 +49,15 @@ def make_key(system: RunningSystem, tenant: str, scopes: str, *extra: str) -> st
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSystem]:
-    system = RunningSystem(tmp_path_factory.mktemp("secured"), {"REACHSTORE_REQUIRE_KEYS": "true"})
+    # Generous call rates: these tests hammer on purpose; test_limits.py tests the limits.
+    env = {
+        "REACHSTORE_REQUIRE_KEYS": "true",
+        "REACHSTORE_LIMIT_KEY_QUERY_RATE": "0",
+        "REACHSTORE_LIMIT_TENANT_QUERY_RATE": "0",
+        "REACHSTORE_LIMIT_KEY_WRITE_RATE": "0",
+        "REACHSTORE_LIMIT_TENANT_WRITE_RATE": "0",
+    }
+    system = RunningSystem(tmp_path_factory.mktemp("secured"), env)
     system.start()
     yield system
     assert system.stop() == 0

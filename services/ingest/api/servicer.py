@@ -13,13 +13,15 @@ from typing import TypeVar
 
 import grpc
 
+from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
 from reachstore.ingest.v1 import ingest_service_pb2 as pb
 from reachstore.ingest.v1 import ingest_service_pb2_grpc as pb_grpc
-from services.common import errors, names, paging
+from services.common import errors, limits, names, paging
 from services.common.auth import Caller
 from services.common.identity import caller
 from services.embedding import Embedder
 from services.ingest.api.convert import namespace_to_pb, task_to_pb
+from services.storage.records import Usage
 from services.storage.repository import NamespaceExists, NamespaceInfo, SemanticStore
 from services.storage.tasks import NewTask, TaskInfo, TaskStore
 
@@ -67,7 +69,9 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
         tasks: TaskStore,
         embedder: Embedder,
         wake_worker: Callable[[], None],
+        quotas: limits.Limits | None = None,
     ) -> None:
+        self._quotas = quotas or limits.Limits()
         self._store = store
         self._tasks = tasks
         self._embedder = embedder
@@ -95,6 +99,15 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
         names.check_namespace_name(request.name, "name")
         if not who.may_use(request.name):
             raise errors.outside_grants(request.name)
+        usage = await self._run(self._store.usage, who.tenant, request.name)
+        if limits.namespace_quota_left(self._quotas, usage.namespaces) < 1:
+            raise errors.over_limit(
+                errors.NAMESPACE_LIMIT_REACHED,
+                "name",
+                "namespaces with this one",
+                self._quotas.max_namespaces_per_tenant,
+                usage.namespaces + 1,
+            )
         try:
             info = await self._run(
                 self._store.create_namespace,
@@ -165,6 +178,16 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
         # A namespace outside the key's grants gets the very answer of a missing one: a
         # task that fails as unavailable.
         if who.may_use(request.namespace):
+            usage = await self._run(self._store.usage, who.tenant, request.namespace)
+            refusal = self._size_refusal(
+                "document",
+                usage,
+                limits.documents_left(self._quotas, usage.documents),
+                limits.bytes_left(self._quotas, usage.stored_bytes),
+                len(new.text.encode()),
+            )
+            if refusal is not None:
+                raise refusal
             [task] = await self._run(self._tasks.enqueue, who.tenant, [new], who.key_id)
             self._wake_worker()
         else:
@@ -239,6 +262,7 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
                     ),
                 )
             )
+        accepted = await self._within_quotas(tenant, namespace.name, accepted, results, failed)
         if accepted:
             tasks = await self._run(
                 self._tasks.enqueue, tenant, [t for _, t in accepted], who.key_id
@@ -248,6 +272,58 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
             self._wake_worker()
         meta = pb.BatchMeta(coverage_ratio=(len(docs) - len(failed)) / len(docs), failed=failed)
         return pb.BatchCreateDocumentsResponse(results=results, meta=meta)
+
+    async def _within_quotas(
+        self,
+        tenant: str,
+        namespace: str,
+        accepted: list[tuple[int, NewTask]],
+        results: list[pb.BatchDocumentResult],
+        failed: list[pf_pb2.PartialFailure],
+    ) -> list[tuple[int, NewTask]]:
+        """Admits documents in order while the size quotas last; the others fail one by
+        one and the rest of the batch is stored. A document too large for what is left
+        does not stop a smaller one after it."""
+        if not accepted:
+            return accepted
+        usage = await self._run(self._store.usage, tenant, namespace)
+        docs_left = limits.documents_left(self._quotas, usage.documents)
+        bytes_left = limits.bytes_left(self._quotas, usage.stored_bytes)
+        admitted = []
+        for index, task in accepted:
+            size = len(task.text.encode())
+            refusal = self._size_refusal(f"documents[{index}]", usage, docs_left, bytes_left, size)
+            if refusal is None:
+                docs_left, bytes_left = docs_left - 1, bytes_left - size
+                admitted.append((index, task))
+                continue
+            failure = refusal.failure
+            failure.document_id, failure.batch_index = task.document_id, index
+            failed.append(failure)
+            results[index].outcome = pb.DOCUMENT_OUTCOME_FAILED
+        return admitted
+
+    def _size_refusal(
+        self, field: str, usage: Usage, docs_left: int, bytes_left: int, size: int
+    ) -> errors.ReachstoreError | None:
+        if docs_left < 1:
+            return errors.over_limit(
+                errors.DOCUMENT_LIMIT_REACHED,
+                field,
+                "documents in the namespace with this one",
+                self._quotas.max_documents_per_namespace,
+                usage.documents + 1,
+            )
+        if size > bytes_left:
+            return errors.over_limit(
+                errors.STORAGE_LIMIT_REACHED,
+                field,
+                "bytes stored by the tenant with this one",
+                self._quotas.max_bytes_per_tenant,
+                usage.stored_bytes + size,
+                unit="bytes",
+            )
+        return None
 
     @staticmethod
     def _check_envelope(docs: Sequence[pb.DocumentInput]) -> None:

@@ -22,9 +22,10 @@ import numpy as np
 from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
 from reachstore.query.v1 import query_service_pb2 as pb
 from reachstore.query.v1 import query_service_pb2_grpc as pb_grpc
-from services.common import errors, names, paging
+from services.common import errors, limits, names, paging
 from services.common.auth import Caller
 from services.common.identity import caller
+from services.common.limits import RequestLimiter
 from services.common.timefmt import rfc3339
 from services.embedding import Embedder
 from services.query.fanout import FanOut
@@ -80,6 +81,7 @@ class QueryServicer(pb_grpc.QueryServiceServicer):
         max_namespaces: int,
         fault_delay_ms: Mapping[str, int] | None = None,
         metrics: QueryMetrics | None = None,
+        limiter: RequestLimiter | None = None,
     ) -> None:
         self._store = store
         self._indexes = indexes
@@ -90,6 +92,7 @@ class QueryServicer(pb_grpc.QueryServiceServicer):
         self._max_namespaces = max_namespaces
         self._fault_delay_ms = dict(fault_delay_ms or {})
         self.metrics = metrics or QueryMetrics()
+        self._limiter = limiter
 
     # --- request checks -----------------------------------------------------------------
 
@@ -170,7 +173,7 @@ class QueryServicer(pb_grpc.QueryServiceServicer):
         jobs: dict[str, Callable[[], list[Hit]]] = {}
         tokens: dict[str, CancelToken] = {}
         for name in requested:
-            refusal = self._refusal(name, heads.get(name))
+            refusal = self._refusal(name, heads.get(name)) or self._over_rate(tenant, name)
             if refusal is not None:
                 outcomes[name] = refusal
                 continue
@@ -214,6 +217,19 @@ class QueryServicer(pb_grpc.QueryServiceServicer):
                 namespace=name,
             )
         return None
+
+    def _over_rate(self, tenant: str, name: str) -> pf_pb2.PartialFailure | None:
+        """The per-namespace search rate: only this namespace fails, the others answer."""
+        wait = self._limiter.check_namespace(tenant, name) if self._limiter else 0.0
+        if wait <= 0:
+            return None
+        return errors.make_failure(
+            errors.NAMESPACE_RATE_LIMITED,
+            f"namespace {name!r} is searched more often than allowed",
+            retry_after_ms=limits.retry_after_ms(wait),
+            structured_data={"namespace": name},
+            namespace=name,
+        )
 
     def _outcome(
         self, name: str, outcome: list[Hit] | BaseException, cancel: CancelToken, plan: _Plan
