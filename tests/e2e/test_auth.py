@@ -232,8 +232,22 @@ def test_two_tenants_with_the_same_names_never_see_each_other(secured: RunningSy
         _error(globex.get(f"/api/v1/tasks/{acme_task}"), 404, "TASK_NOT_FOUND")
         _error(globex.post(f"/api/v1/tasks/{acme_task}:cancel", json={}), 404, "TASK_NOT_FOUND")
     with reachstore.Client(secured.query_addr, secured.ingest_addr) as sdk:
-        with pytest.raises(reachstore.AuthError):
+        with pytest.raises(reachstore.AuthError) as missing:
             sdk.search(["shared"], "anvils")
+        assert missing.value.code == "AUTH_MISSING"
+    for tenant, mine, theirs in [("acme", "anvils", "volcano"), ("globex", "volcano", "anvils")]:
+        with reachstore.Client(
+            secured.query_addr, secured.ingest_addr, api_key=keys[tenant]
+        ) as sdk:
+            results = sdk.search(["shared"], theirs, top_k=5).results
+            assert not any(theirs in r.text for r in results)
+            assert mine in sdk.get_document("shared", "d1").text
+    with reachstore.Client(
+        secured.query_addr, secured.ingest_addr, api_key=keys["acme-reader"]
+    ) as reader:
+        with pytest.raises(reachstore.AuthError) as scope:
+            reader.create_namespace("nope")
+        assert scope.value.code == "AUTH_SCOPE_MISSING"
 
 
 def test_outside_its_grants_a_namespace_looks_missing(secured: RunningSystem, keys) -> None:  # type: ignore[no-untyped-def]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -71,3 +73,24 @@ def test_services_stop_when_up_is_killed_outright(tmp_path: Path) -> None:
     while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(_alive(pid) for pid in pids), "a service outlived a killed `up`"
+
+
+def test_up_refuses_to_listen_beyond_loopback_without_keys(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "services.cli",
+            "up",
+            "--host",
+            "0.0.0.0",
+            "--data-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "--require-keys" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "run").exists(), "nothing was started"

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+import reachstore
 from tests.e2e.conftest import wait_task
 from tests.e2e.system import RunningSystem
 from tests.e2e.test_auth import make_key
@@ -50,6 +51,16 @@ def test_a_key_over_its_call_rate_gets_429_with_the_wait(limited: RunningSystem)
     assert (error["code"], error["category"], error["retryable"]) == ("RATE_LIMITED", "quota", True)
     assert 0 < error["retry_after_ms"] <= 1000
     assert int(limited_reply.headers["retry-after"]) >= 1
+
+
+def test_grpc_callers_get_the_same_quota_error(limited: RunningSystem) -> None:
+    key = make_key(limited, "rates-grpc", "read")
+    with reachstore.Client(limited.query_addr, limited.ingest_addr, api_key=key) as sdk:
+        with pytest.raises(reachstore.QuotaError) as over:
+            for _ in range(5):
+                sdk.search(["x"], "y")
+    assert over.value.code == "RATE_LIMITED" and over.value.retryable
+    assert 0 < over.value.retry_after_ms <= 1000
 
 
 def test_a_namespace_over_its_search_rate_fails_alone(limited: RunningSystem) -> None:

@@ -8,6 +8,7 @@ when, is read from the exceptions' ``retryable`` / ``retry_after_ms`` and from
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
@@ -37,6 +38,8 @@ CHANNEL_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
 ]
+# Where the client looks for an API key when none is passed.
+API_KEY_ENV = "REACHSTORE_API_KEY"
 # How long to wait between polls when a running task gives no poll_after_ms.
 DEFAULT_POLL_MS = 500
 # A floor under the server's advice, so a `poll_after_ms: 0` cannot make a busy loop.
@@ -61,10 +64,17 @@ class Client:
         ingest_target: str = "127.0.0.1:50052",
         *,
         timeout: float = 30.0,
+        api_key: str | None = None,
     ) -> None:
         if timeout <= 0:
             raise ValueError("timeout must be positive seconds")
         self.timeout = timeout
+        # The key from the argument, else from the environment; none means the keyless
+        # local caller of a development system.
+        key = api_key if api_key is not None else os.environ.get(API_KEY_ENV)
+        self._metadata: tuple[tuple[str, str], ...] = (
+            (("authorization", f"Bearer {key}"),) if key else ()
+        )
         # Channels connect lazily, so building a client never blocks or fails.
         self._query_channel = grpc.insecure_channel(query_target, options=CHANNEL_OPTIONS)
         self._ingest_channel = grpc.insecure_channel(ingest_target, options=CHANNEL_OPTIONS)
@@ -102,7 +112,11 @@ class Client:
     ) -> _Response:
         """Runs one RPC under a deadline, translating gRPC errors into SDK exceptions."""
         try:
-            return method(request, timeout=self.timeout if timeout is None else timeout)
+            return method(
+                request,
+                timeout=self.timeout if timeout is None else timeout,
+                metadata=self._metadata,
+            )
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from exc
 
