@@ -441,6 +441,14 @@ def namespace_unavailable_failure(name: str) -> pf_pb2.PartialFailure:
     return failure
 
 
+def document_not_found(namespace: str, document_id: str) -> ReachstoreError:
+    return ReachstoreError(
+        DOCUMENT_NOT_FOUND,
+        f"document {document_id!r} not found",
+        structured_data={"namespace": namespace, "document_id": document_id},
+    )
+
+
 def outside_grants(namespace: str) -> ReachstoreError:
     """A write to a namespace the caller's key is not granted (reads get the unavailable
     answer instead, so they reveal nothing)."""

@@ -378,14 +378,7 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
         if not await self._run(
             self._store.delete_document, who.tenant, namespace.id, request.document_id
         ):
-            raise errors.ReachstoreError(
-                errors.DOCUMENT_NOT_FOUND,
-                f"document {request.document_id!r} not found",
-                structured_data={
-                    "namespace": request.namespace,
-                    "document_id": request.document_id,
-                },
-            )
+            raise errors.document_not_found(request.namespace, request.document_id)
         return pb.DeleteDocumentResponse()
 
     # --- tasks ------------------------------------------------------------------------

@@ -356,14 +356,7 @@ class QueryServicer(pb_grpc.QueryServiceServicer):
             self._store.get_document, tenant, request.namespace, request.document_id
         )
         if doc is None:
-            raise errors.ReachstoreError(
-                errors.DOCUMENT_NOT_FOUND,
-                f"document {request.document_id!r} not found",
-                structured_data={
-                    "namespace": request.namespace,
-                    "document_id": request.document_id,
-                },
-            )
+            raise errors.document_not_found(request.namespace, request.document_id)
         return pb.GetDocumentResponse(document=_document_to_pb(doc))
 
     async def ListDocuments(
