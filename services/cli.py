@@ -25,16 +25,14 @@ from pathlib import Path
 import grpc
 import httpx
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from sqlalchemy import Engine
 
 from reachstore.ingest.v1 import ingest_service_pb2 as ingest_pb
 from reachstore.ingest.v1 import ingest_service_pb2_grpc as ingest_grpc
-from services.admin.api.keys import check_key_request
+from services.cli_keys import add_keys_parser
 from services.common.auth import LOCAL_TENANT
 from services.common.config import ConfigError, Settings
-from services.common.errors import ReachstoreError
 from services.storage.engine import init_schema, make_engine, make_sessions
-from services.storage.keys import KeyRecord, KeyStore
+from services.storage.keys import KeyStore
 
 READY_TIMEOUT_SECONDS = 60.0
 _PR_SET_PDEATHSIG = 1  # from <sys/prctl.h>
@@ -280,91 +278,6 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def _key_store(args: argparse.Namespace) -> tuple[KeyStore, Engine]:
-    env = {**os.environ, "REACHSTORE_DATA_DIR": str(Path(args.data_dir).resolve())}
-    engine = make_engine(Settings.from_env(env).database_url)
-    init_schema(engine)
-    return KeyStore(make_sessions(engine)), engine
-
-
-def _key_line(record: KeyRecord) -> str:
-    state = "revoked" if record.revoked_at else "active"
-    expires = record.expires_at.isoformat() if record.expires_at else "never"
-    grants = ",".join(record.namespaces) or "*"
-    return (
-        f"{record.key_id}  tenant={record.tenant}  scopes={','.join(record.scopes)}  "
-        f"namespaces={grants}  expires={expires}  {state}  {record.name}"
-    )
-
-
-def cmd_keys_create(args: argparse.Namespace) -> int:
-    scopes = [s for s in args.scopes.split(",") if s]
-    namespaces = [n for n in (args.namespaces or "").split(",") if n]
-    try:
-        expires = check_key_request(args.name, scopes, namespaces, args.ttl_seconds)
-    except ReachstoreError as exc:
-        _fail(exc.failure.message)
-        return 2
-    store, engine = _key_store(args)
-    try:
-        record, key = store.create(args.tenant, args.name, scopes, namespaces, expires)
-    finally:
-        engine.dispose()
-    print(_key_line(record))
-    print(f"key (shown once, store it now): {key}")
-    return 0
-
-
-def cmd_keys_list(args: argparse.Namespace) -> int:
-    store, engine = _key_store(args)
-    try:
-        after = None
-        while page := store.list(args.tenant, 100, after):
-            for record in page:
-                print(_key_line(record))
-            after = page[-1].key_id
-    finally:
-        engine.dispose()
-    return 0
-
-
-def cmd_keys_revoke(args: argparse.Namespace) -> int:
-    store, engine = _key_store(args)
-    try:
-        record = store.revoke(args.tenant, args.key_id)
-    finally:
-        engine.dispose()
-    if record is None:
-        _fail(f"tenant {args.tenant!r} has no key {args.key_id!r}")
-        return 1
-    print(_key_line(record))
-    return 0
-
-
-KEY_COMMANDS = {"create": cmd_keys_create, "list": cmd_keys_list, "revoke": cmd_keys_revoke}
-
-
-def _add_keys_parser(commands: argparse._SubParsersAction) -> None:
-    keys = commands.add_parser("keys", help="manage API keys in the store directly")
-    actions = keys.add_subparsers(dest="action", required=True)
-    for action in ("create", "list", "revoke"):
-        sub = actions.add_parser(action)
-        sub.add_argument("--data-dir", default="./data", help="the data folder `up` uses")
-        sub.add_argument("--tenant", default=LOCAL_TENANT, help="the tenant the key acts for")
-        if action == "create":
-            sub.add_argument("--scopes", required=True, help="comma-separated: read,write,admin")
-            sub.add_argument("--namespaces", default="", help="comma-separated name patterns")
-            sub.add_argument("--name", default="", help="a label for people")
-            sub.add_argument("--ttl-seconds", type=int, default=0, help="0: never expires")
-        if action == "revoke":
-            sub.add_argument("key_id")
-        sub.set_defaults(
-            func={"create": cmd_keys_create, "list": cmd_keys_list, "revoke": cmd_keys_revoke}[
-                action
-            ]
-        )
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="reachstore", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -391,7 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="every call must present an API key; needed to listen beyond loopback",
     )
     up.set_defaults(func=cmd_up)
-    _add_keys_parser(commands)
+    add_keys_parser(commands)
     return parser
 
 
