@@ -84,8 +84,8 @@ class IngestWorker:
         while not self._stop.is_set():
             try:
                 worked = self.run_once()
-            except Exception:  # noqa: BLE001 - a broken batch must not kill the worker
-                log.exception("ingest batch failed; its tasks are re-queued on next start")
+            except Exception:  # noqa: BLE001 - the store is unreachable; try again soon
+                log.exception("claiming ingest tasks failed")
                 worked = 0
             if not worked:
                 self._wake.wait(IDLE_POLL_SECONDS)
@@ -95,7 +95,17 @@ class IngestWorker:
         """Processes one claim of tasks; returns how many it claimed."""
         claimed = self._tasks.claim(self._max_tasks)
         if claimed:
-            self.process(claimed)
+            try:
+                self.process(claimed)
+            except Exception as exc:  # noqa: BLE001 - a broken batch must not kill the worker
+                # Failed, not re-queued: a document that breaks the pipeline would otherwise
+                # break it again on every retry. The error is retryable for the caller.
+                log.exception("ingest batch of %d task(s) failed", len(claimed))
+                self._tasks.fail_unfinished(
+                    [t.task_id for t in claimed],
+                    errors.INTERNAL.code,
+                    f"processing failed unexpectedly ({type(exc).__name__}); it was logged",
+                )
         return len(claimed)
 
     def process(self, claimed: list[ClaimedTask]) -> None:

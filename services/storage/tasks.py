@@ -247,6 +247,24 @@ class TaskStore:
             )
         )
 
+    def fail_unfinished(self, task_ids: Sequence[str], error_code: str, message: str) -> None:
+        """Fails the tasks of a batch that broke, except those that already finished."""
+        with self._sessions.begin() as session:
+            session.execute(
+                update(TaskRow)
+                .where(TaskRow.task_id.in_(list(task_ids)), TaskRow.state.not_in(FINISHED))
+                .values(
+                    state=FAILED,
+                    phase="",
+                    percent=0,
+                    error_code=error_code,
+                    error_message=message,
+                    error_data_json="{}",
+                    text=None,
+                    updated_at=utcnow(),
+                )
+            )
+
     def request_cancel(self, tenant: str, task_id: str) -> TaskInfo | None:
         """Queued -> cancelled at once; processing -> cancelling; finished: unchanged."""
         with self._sessions.begin() as session:

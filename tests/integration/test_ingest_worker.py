@@ -123,3 +123,24 @@ def test_a_task_is_invisible_to_another_tenant(parts) -> None:  # type: ignore[n
     task_id = _submit(tasks, "d1", "text")
     assert tasks.get("other", task_id) is None
     assert tasks.request_cancel("other", task_id) is None
+
+
+class _BrokenEmbedder:
+    """An embedder whose model fails: the worker's own error handling is under test."""
+
+    def __init__(self, real: UsemEmbedder) -> None:
+        self.model_id, self.dimension = real.model_id, real.dimension
+
+    def embed(self, texts):  # type: ignore[no-untyped-def]
+        raise RuntimeError("model crashed")
+
+
+def test_a_batch_that_breaks_fails_its_tasks_instead_of_leaving_them_stuck(parts, embedder) -> None:  # type: ignore[no-untyped-def]
+    store, tasks, _worker = parts
+    broken = IngestWorker(store, tasks, _BrokenEmbedder(embedder), batch_chunks=16)
+    ids = [_submit(tasks, f"d{i}", f"document {i}") for i in range(2)]
+    assert broken.run_once() == 2
+    for task_id in ids:
+        task = tasks.get(TENANT, task_id)
+        assert (task.state, task.error_code) == (states.FAILED, "INTERNAL")
+    assert store.get_namespace(TENANT, "docs").document_count == 0
