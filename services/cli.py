@@ -10,6 +10,7 @@ interface other tools rely on. Query metrics (Prometheus) listen on base+9.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import ctypes.util
 import datetime as dt
@@ -20,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -132,23 +134,28 @@ def _wait_http_healthy(url: str, system: _System, deadline: float) -> None:
     raise RuntimeError(f"{url} did not become healthy in {READY_TIMEOUT_SECONDS:.0f}s")
 
 
-def _seeding_credentials(settings: Settings) -> list[tuple[str, str]]:
+@contextlib.contextmanager
+def _seeding_credentials(settings: Settings) -> Iterator[list[tuple[str, str]]]:
     """Metadata for seeding `demo`: none in local mode; with keys required, a key of the
-    local tenant that expires in five minutes (`up` owns the database, so it may mint one)."""
+    local tenant (`up` owns the database, so it may mint one) that is revoked once the
+    seeding is done, and expires in five minutes in any case."""
     if not settings.require_keys:
-        return []
+        yield []
+        return
     engine = make_engine(settings.database_url)
+    keys = KeyStore(make_sessions(engine))
+    record, key = keys.create(
+        LOCAL_TENANT,
+        "reachstore up: seeds the demo namespace",
+        ["read", "write"],
+        [],
+        dt.datetime.now(dt.UTC) + dt.timedelta(minutes=5),
+    )
     try:
-        _record, key = KeyStore(make_sessions(engine)).create(
-            LOCAL_TENANT,
-            "reachstore up: seeds the demo namespace",
-            ["read", "write"],
-            [],
-            dt.datetime.now(dt.UTC) + dt.timedelta(minutes=5),
-        )
+        yield [("authorization", f"Bearer {key}")]
     finally:
+        keys.revoke(LOCAL_TENANT, record.key_id)
         engine.dispose()
-    return [("authorization", f"Bearer {key}")]
 
 
 def _seed_demo(ingest_addr: str, deadline: float, metadata: list[tuple[str, str]]) -> None:
@@ -254,7 +261,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         for name in COMPONENT_PORT_OFFSETS:
             _wait_grpc_healthy(addr[name], system, deadline)
         _wait_http_healthy(url, system, deadline)
-        _seed_demo(addr["ingest"], deadline, _seeding_credentials(settings))
+        with _seeding_credentials(settings) as metadata:
+            _seed_demo(addr["ingest"], deadline, metadata)
     except (RuntimeError, grpc.RpcError) as exc:
         _fail(f"start-up failed: {exc}")
         system.stop()

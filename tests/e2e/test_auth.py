@@ -369,3 +369,15 @@ def test_guessing_keys_neither_locks_out_nor_breaks_legitimate_callers(
         assert (
             http.post("/api/v1/query", json={"namespaces": ["x"], "query": "y"}).status_code == 200
         )
+
+
+def test_the_key_up_made_for_seeding_is_revoked_once_used(secured: RunningSystem) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "services.cli", "keys", "list", "--data-dir", str(secured.data_dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    [line] = [line for line in done.stdout.splitlines() if "seeds the demo namespace" in line]
+    assert " revoked " in line
