@@ -44,6 +44,7 @@ class FanOut(Generic[T]):
         self._lock = threading.Lock()
         self._claimed: set[str] = set()
         self._abandoned: set[str] = set()
+        self._ready: list[tuple[str, _Outcome[T]]] = []
         self._futures: dict[str, asyncio.Future[T]] = {
             key: self._loop.create_future() for key in self._jobs
         }
@@ -64,9 +65,10 @@ class FanOut(Generic[T]):
 
     def _run(self, keys: list[str]) -> None:
         # Each hand-back wakes the event loop (a write to its self-pipe, ~7 % of the query
-        # service's time under load), so quick results go back together; once the run is
-        # slower than the stealing threshold, each goes back as soon as it is ready.
-        ready: list[tuple[str, _Outcome[T]]] = []
+        # service's time under load), so finished results wait in ``_ready`` and go back
+        # together at the end of the run. Once the run is slower than the stealing
+        # threshold each goes back at once, and the loop also collects what is ready when
+        # it steals and at the deadline, so a result never waits behind a slow job.
         for key in keys:
             if not self._claim(key):
                 continue
@@ -74,14 +76,16 @@ class FanOut(Generic[T]):
                 outcome: _Outcome[T] = (self._jobs[key](), None)
             except Exception as exc:  # noqa: BLE001 - handed to the waiting coroutine
                 outcome = (None, exc)
-            ready.append((key, outcome))
+            with self._lock:
+                self._ready.append((key, outcome))
             if time.monotonic() - self._started > self._steal_after_s:
-                self._loop.call_soon_threadsafe(self._settle, ready)
-                ready = []
-        if ready:
-            self._loop.call_soon_threadsafe(self._settle, ready)
+                self._loop.call_soon_threadsafe(self._settle)
+        self._loop.call_soon_threadsafe(self._settle)
 
-    def _settle(self, ready: list[tuple[str, _Outcome[T]]]) -> None:
+    def _settle(self) -> None:
+        """On the loop thread: hands every finished result to its future."""
+        with self._lock:
+            ready, self._ready = self._ready, []
         for key, (value, exc) in ready:
             future = self._futures[key]
             if future.done() or key in self._abandoned:
@@ -92,6 +96,7 @@ class FanOut(Generic[T]):
                 future.set_result(value)  # type: ignore[arg-type]
 
     def _steal(self) -> None:
+        self._settle()
         with self._lock:
             waiting = [key for key in self._jobs if key not in self._claimed]
         for key in waiting:
@@ -104,6 +109,7 @@ class FanOut(Generic[T]):
         futures = {key: future for key, future in self._futures.items()}
         if futures:
             await asyncio.wait(futures.values(), timeout=max(0.0, deadline - self._loop.time()))
+            self._settle()  # what finished but was not handed back yet still counts
         outcomes: dict[str, T | BaseException] = {}
         for key, future in futures.items():
             if not future.done():

@@ -106,3 +106,24 @@ def test_a_job_error_reaches_its_waiter(pool) -> None:  # type: ignore[no-untype
         fanout.close()
 
     asyncio.run(main())
+
+
+def test_a_quick_result_does_not_wait_behind_a_slow_job_in_the_same_run(pool) -> None:  # type: ignore[no-untyped-def]
+    release = threading.Event()
+
+    def slow() -> str:
+        release.wait(10)
+        return "slow"
+
+    async def main() -> dict[str, object]:
+        # "quick" runs first in the shared thread, then "slow" holds that thread.
+        fanout = FanOut(pool, {"quick": lambda: "quick", "slow": slow}, steal_after_s=0.02)
+        try:
+            return await fanout.results(asyncio.get_running_loop().time() + 0.3)
+        finally:
+            release.set()
+            fanout.close()
+
+    outcomes = asyncio.run(main())
+    assert outcomes["quick"] == "quick"
+    assert isinstance(outcomes["slow"], TimeoutError)
