@@ -55,4 +55,8 @@ class UsemEmbedder:
 
 
 def default_embedder(threads: int = 1) -> Embedder:
-    return UsemEmbedder(threads=threads)
+    """The service's embedder, warmed up: the model loads its weights on first use, which
+    would otherwise land in the first query's or first document's time."""
+    embedder = UsemEmbedder(threads=threads)
+    embedder.embed(["warm-up"])
+    return embedder

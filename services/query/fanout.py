@@ -35,6 +35,7 @@ class FanOut(Generic[T]):
         pool: concurrent.futures.Executor,
         jobs: Mapping[str, Callable[[], T]],
         steal_after_s: float = DEFAULT_STEAL_AFTER_S,
+        prelude: Callable[[], None] | None = None,
     ) -> None:
         self._loop = asyncio.get_running_loop()
         self._pool = pool
@@ -45,11 +46,18 @@ class FanOut(Generic[T]):
         self._claimed: set[str] = set()
         self._abandoned: set[str] = set()
         self._ready: list[tuple[str, _Outcome[T]]] = []
+        # Work every job needs first (the query's namespace rows and vector), run by the
+        # first thread before its jobs: one hand-off for the whole query.
+        self._prelude = prelude
+        self._prelude_done = threading.Event()
+        self.prelude_error: Exception | None = None
+        if prelude is None:
+            self._prelude_done.set()
         self._futures: dict[str, asyncio.Future[T]] = {
             key: self._loop.create_future() for key in self._jobs
         }
         if self._jobs:
-            pool.submit(self._run, list(self._jobs))
+            pool.submit(self._run_first, list(self._jobs))
             self._stealer: asyncio.TimerHandle | None = self._loop.call_later(
                 steal_after_s, self._steal
             )
@@ -62,6 +70,21 @@ class FanOut(Generic[T]):
                 return False
             self._claimed.add(key)
             return True
+
+    def _run_first(self, keys: list[str]) -> None:
+        if self._prelude is not None:
+            try:
+                self._prelude()
+            except Exception as exc:  # noqa: BLE001 - re-raised by the caller of results()
+                self.prelude_error = exc
+                for key in keys:
+                    self._claim(key)
+                    with self._lock:
+                        self._ready.append((key, (None, exc)))
+            finally:
+                self._started = time.monotonic()  # the jobs' own clock starts now
+                self._prelude_done.set()
+        self._run(keys)
 
     def _run(self, keys: list[str]) -> None:
         # Each hand-back wakes the event loop (a write to its self-pipe, ~7 % of the query
@@ -97,18 +120,28 @@ class FanOut(Generic[T]):
 
     def _steal(self) -> None:
         self._settle()
+        if not self._prelude_done.is_set():  # nothing can run before it: look again later
+            self._stealer = self._loop.call_later(self._steal_after_s, self._steal)
+            return
         with self._lock:
             waiting = [key for key in self._jobs if key not in self._claimed]
         for key in waiting:
             self._pool.submit(self._run, [key])
 
-    async def results(self, deadline: float) -> dict[str, T | BaseException]:
-        """Every job's result or exception, waiting until ``deadline`` (loop time) at most;
-        jobs not finished by then give ``TimeoutError`` (and never start, if they had not).
+    async def results(
+        self, budget_s: float, allowance_s: float = 0.0
+    ) -> dict[str, T | BaseException]:
+        """Every job's result or exception. The jobs get ``budget_s`` after the prelude;
+        the wait is ``budget_s + allowance_s`` when the prelude is quick, and when it is
+        not (a cold start), as long as the prelude takes plus ``budget_s``. Jobs not
+        finished by then give ``TimeoutError`` (and never start, if they had not).
         One wait for all: the jobs of a query share their deadline."""
         futures = {key: future for key, future in self._futures.items()}
         if futures:
-            await asyncio.wait(futures.values(), timeout=max(0.0, deadline - self._loop.time()))
+            done, _ = await asyncio.wait(futures.values(), timeout=budget_s + allowance_s)
+            if len(done) < len(futures) and not self._prelude_done.is_set():
+                await self._loop.run_in_executor(None, self._prelude_done.wait)
+                await asyncio.wait(futures.values(), timeout=budget_s)
             self._settle()  # what finished but was not handed back yet still counts
         outcomes: dict[str, T | BaseException] = {}
         for key, future in futures.items():

@@ -119,7 +119,7 @@ def test_a_quick_result_does_not_wait_behind_a_slow_job_in_the_same_run(pool) ->
         # "quick" runs first in the shared thread, then "slow" holds that thread.
         fanout = FanOut(pool, {"quick": lambda: "quick", "slow": slow}, steal_after_s=0.02)
         try:
-            return await fanout.results(asyncio.get_running_loop().time() + 0.3)
+            return await fanout.results(0.3)
         finally:
             release.set()
             fanout.close()
@@ -127,3 +127,36 @@ def test_a_quick_result_does_not_wait_behind_a_slow_job_in_the_same_run(pool) ->
     outcomes = asyncio.run(main())
     assert outcomes["quick"] == "quick"
     assert isinstance(outcomes["slow"], TimeoutError)
+
+
+def test_a_slow_prelude_does_not_eat_the_jobs_budget(pool) -> None:  # type: ignore[no-untyped-def]
+    prepared: dict[str, str] = {}
+
+    def prelude() -> None:
+        time.sleep(0.3)  # a cold start: longer than the budget and its allowance together
+        prepared["vector"] = "v"
+
+    async def main() -> dict[str, object]:
+        fanout = FanOut(pool, {"a": lambda: prepared["vector"]}, prelude=prelude)
+        try:
+            return await fanout.results(0.1, 0.05)
+        finally:
+            fanout.close()
+
+    assert asyncio.run(main()) == {"a": "v"}
+
+
+def test_a_failing_prelude_is_reported_once(pool) -> None:  # type: ignore[no-untyped-def]
+    def prelude() -> None:
+        raise OSError("store unreachable")
+
+    async def main() -> tuple[dict[str, object], BaseException | None]:
+        fanout = FanOut(pool, {"a": lambda: "never", "b": lambda: "never"}, prelude=prelude)
+        try:
+            return await fanout.results(1.0), fanout.prelude_error
+        finally:
+            fanout.close()
+
+    outcomes, error = asyncio.run(main())
+    assert isinstance(error, OSError)
+    assert all(isinstance(v, OSError) for v in outcomes.values())

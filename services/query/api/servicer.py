@@ -14,7 +14,7 @@ import dataclasses
 import functools
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import grpc
 import numpy as np
@@ -44,6 +44,12 @@ class _Rebuilding(Exception):
     """The namespace's index did not finish loading within its share of the budget."""
 
 
+# How much longer than its budget a query waits for its namespaces in all, to cover the
+# namespace-row read and the embedding that come first (each namespace's own deadline,
+# enforced by its cancel token, starts after them).
+PREPARE_ALLOWANCE_S = 0.5
+
+
 @dataclasses.dataclass(frozen=True)
 class _Plan:
     """What every namespace search of one query shares."""
@@ -54,6 +60,14 @@ class _Plan:
     metadata_filter: dict[str, str] | None
     budget_ms: int
     deadline: float  # time.monotonic() seconds
+
+
+@dataclasses.dataclass
+class _Shared:
+    """What the prelude of a query prepares for its namespace jobs."""
+
+    heads: dict[str, NamespaceInfo] = dataclasses.field(default_factory=dict)
+    plan: _Plan | None = None
 
 
 def _document_to_pb(doc: DocumentInfo) -> pb.Document:
@@ -152,54 +166,62 @@ class QueryServicer(pb_grpc.QueryServiceServicer):
         self, request: pb.QueryRequest, context: grpc.aio.ServicerContext
     ) -> pb.QueryResponse:
         who = caller(context)
-        tenant = who.tenant
         requested = self._namespaces(request)
         top_k, budget_ms = self._check(request)
         loop = asyncio.get_running_loop()
-        # One hand-off for the two reads every query needs: which namespaces exist (and
-        # their change seq, for read-your-writes) and the question's vector.
-        requested, heads, vector = await loop.run_in_executor(
-            self._pool, self._prepare, who, requested, request.query
-        )
-        plan = _Plan(
-            vector=vector,
-            text=request.query,
-            top_k=top_k,
-            metadata_filter=dict(request.filter) or None,
-            budget_ms=budget_ms,
-            deadline=time.monotonic() + budget_ms / 1000,
-        )
-        outcomes: dict[str, list[Hit] | pf_pb2.PartialFailure] = {}
-        jobs: dict[str, Callable[[], list[Hit]]] = {}
-        tokens: dict[str, CancelToken] = {}
-        for name in requested:
-            refusal = self._refusal(name, heads.get(name)) or self._over_rate(tenant, name)
-            if refusal is not None:
-                outcomes[name] = refusal
-                continue
-            tokens[name] = CancelToken(deadline=plan.deadline)
-            slot = self._indexes.slot(tenant, heads[name])
-            jobs[name] = functools.partial(
-                self._search_blocking, slot, heads[name].change_seq, plan, tokens[name]
+        if requested == ["*"]:
+            requested = await loop.run_in_executor(self._pool, self._expand_star, who)
+        shared = _Shared()
+        tokens = {name: CancelToken() for name in requested}
+
+        def prelude() -> None:
+            # The two reads every query needs, done by the thread that then runs the
+            # searches: which namespaces exist (with their change seq, for read-your-
+            # writes) and the question's vector. Each namespace's budget starts after them.
+            heads = self._store.namespace_heads(who.tenant, requested)
+            # A namespace outside the key's grants reads exactly like one that does not exist.
+            shared.heads = {n: h for n, h in heads.items() if who.may_use(n)}
+            shared.plan = _Plan(
+                vector=self._embedder.embed([request.query])[0],
+                text=request.query,
+                top_k=top_k,
+                metadata_filter=dict(request.filter) or None,
+                budget_ms=budget_ms,
+                deadline=time.monotonic() + budget_ms / 1000,
             )
-        fanout = FanOut(self._pool, jobs)
+
+        jobs = {
+            name: functools.partial(self._namespace_job, shared, who.tenant, name, tokens[name])
+            for name in requested
+        }
+        fanout = FanOut(self._pool, jobs, prelude=prelude)
         try:
-            finished = await fanout.results(loop.time() + budget_ms / 1000)
+            finished = await fanout.results(budget_ms / 1000, PREPARE_ALLOWANCE_S)
         finally:
             fanout.close()
-        for name, outcome in finished.items():
-            outcomes[name] = self._outcome(name, outcome, tokens[name], plan)
+        if fanout.prelude_error is not None:
+            raise fanout.prelude_error
+        outcomes = {
+            name: self._outcome(name, outcome, tokens[name], budget_ms)
+            for name, outcome in finished.items()
+        }
         return self._respond(request, requested, outcomes, top_k)
 
-    def _prepare(
-        self, who: Caller, requested: list[str], query: str
-    ) -> tuple[list[str], dict[str, NamespaceInfo], np.ndarray]:
-        if requested == ["*"]:
-            requested = [n for n in self._store.namespace_names(who.tenant) if who.may_use(n)]
-        heads = self._store.namespace_heads(who.tenant, requested)
-        # A namespace outside the key's grants reads exactly like one that does not exist.
-        visible = {name: head for name, head in heads.items() if who.may_use(name)}
-        return requested, visible, self._embedder.embed([query])[0]
+    def _expand_star(self, who: Caller) -> list[str]:
+        return [n for n in self._store.namespace_names(who.tenant) if who.may_use(n)]
+
+    def _namespace_job(
+        self, shared: _Shared, tenant: str, name: str, query_token: CancelToken
+    ) -> list[Hit] | pf_pb2.PartialFailure:
+        """One namespace, in a worker thread: its refusal, or its search."""
+        head = shared.heads.get(name)
+        refusal = self._refusal(name, head) or self._over_rate(tenant, name)
+        if refusal is not None:
+            return refusal
+        assert head is not None and shared.plan is not None
+        cancel = CancelToken(deadline=shared.plan.deadline, parent=query_token)
+        slot = self._indexes.slot(tenant, head)
+        return self._search_blocking(slot, head.change_seq, shared.plan, cancel)
 
     def _refusal(self, name: str, head: NamespaceInfo | None) -> pf_pb2.PartialFailure | None:
         """The failure of a namespace that cannot be searched at all, if it cannot."""
@@ -232,7 +254,11 @@ class QueryServicer(pb_grpc.QueryServiceServicer):
         )
 
     def _outcome(
-        self, name: str, outcome: list[Hit] | BaseException, cancel: CancelToken, plan: _Plan
+        self,
+        name: str,
+        outcome: list[Hit] | pf_pb2.PartialFailure | BaseException,
+        cancel: CancelToken,
+        budget_ms: int,
     ) -> list[Hit] | pf_pb2.PartialFailure:
         """A namespace's hits, or its failure."""
         if isinstance(outcome, _Rebuilding):
@@ -247,8 +273,8 @@ class QueryServicer(pb_grpc.QueryServiceServicer):
             self.metrics.cancelled.inc()
             return errors.make_failure(
                 errors.NAMESPACE_TIMEOUT,
-                f"namespace {name!r} did not answer within {plan.budget_ms} ms",
-                structured_data={"namespace": name, "timeout_ms": plan.budget_ms},
+                f"namespace {name!r} did not answer within {budget_ms} ms",
+                structured_data={"namespace": name, "timeout_ms": budget_ms},
                 namespace=name,
             )
         if isinstance(outcome, BaseException):
