@@ -56,13 +56,12 @@ class FanOut(Generic[T]):
         self._futures: dict[str, asyncio.Future[T]] = {
             key: self._loop.create_future() for key in self._jobs
         }
+        self._closed = False
+        self._stealer: asyncio.TimerHandle | None = None
         if self._jobs:
             pool.submit(self._run_first, list(self._jobs))
-            self._stealer: asyncio.TimerHandle | None = self._loop.call_later(
-                steal_after_s, self._steal
-            )
-        else:
-            self._stealer = None
+            if prelude is None:
+                self._stealer = self._loop.call_later(steal_after_s, self._steal)
 
     def _claim(self, key: str) -> bool:
         with self._lock:
@@ -84,7 +83,14 @@ class FanOut(Generic[T]):
             finally:
                 self._started = time.monotonic()  # the jobs' own clock starts now
                 self._prelude_done.set()
+                # Stealing makes sense only from now on; arming it here costs one wake-up
+                # of the loop, where polling for the prelude would cost several.
+                self._loop.call_soon_threadsafe(self._arm_stealer)
         self._run(keys)
+
+    def _arm_stealer(self) -> None:
+        if not self._closed:
+            self._stealer = self._loop.call_later(self._steal_after_s, self._steal)
 
     def _run(self, keys: list[str]) -> None:
         # Each hand-back wakes the event loop (a write to its self-pipe, ~7 % of the query
@@ -120,9 +126,6 @@ class FanOut(Generic[T]):
 
     def _steal(self) -> None:
         self._settle()
-        if not self._prelude_done.is_set():  # nothing can run before it: look again later
-            self._stealer = self._loop.call_later(self._steal_after_s, self._steal)
-            return
         with self._lock:
             waiting = [key for key in self._jobs if key not in self._claimed]
         for key in waiting:
@@ -169,5 +172,6 @@ class FanOut(Generic[T]):
             raise
 
     def close(self) -> None:
+        self._closed = True
         if self._stealer is not None:
             self._stealer.cancel()
