@@ -125,19 +125,6 @@ def _take_all(parts: Sequence[tuple[RateLimiter, str]], n: int, clock: Clock) ->
         return max((n - bucket.tokens) / rate for bucket, rate in buckets)
 
 
-class TokenBucket:
-    """One bucket refilled continuously at ``rate_per_s`` up to ``burst``; it starts full,
-    and ``rate_per_s <= 0`` means unlimited. Thread-safe: a take is checked and applied
-    under one lock, so concurrent callers never spend more than the budget."""
-
-    def __init__(self, rate_per_s: float, burst: int, clock: Clock = time.monotonic) -> None:
-        self._limiter = RateLimiter(rate_per_s, burst, clock, max_keys=1)
-
-    def try_take(self, n: int = 1) -> float:
-        """As ``RateLimiter.try_take``: 0.0 or the wait, and a refusal takes nothing."""
-        return self._limiter.try_take("", n)
-
-
 @dataclasses.dataclass(frozen=True)
 class Limits:
     """Every configurable limit. For a rate (calls per second) 0 means unlimited; a size

@@ -28,7 +28,7 @@ DEFAULT_STEAL_AFTER_S = 0.010
 
 
 class FanOut(Generic[T]):
-    """Starts the jobs on construction; ``result(key, deadline)`` waits for one."""
+    """Starts the jobs on construction; ``results(budget)`` waits for all."""
 
     def __init__(
         self,
@@ -157,19 +157,6 @@ class FanOut(Generic[T]):
             else:
                 outcomes[key] = future.result()
         return outcomes
-
-    async def result(self, key: str, deadline: float) -> T:
-        """The job's result, or ``TimeoutError`` at ``deadline`` (loop time). A job that
-        has not started by then never will; one that is running must be told to stop by
-        its own means (a cancel token)."""
-        try:
-            return await asyncio.wait_for(
-                asyncio.shield(self._futures[key]), max(0.0, deadline - self._loop.time())
-            )
-        except TimeoutError:
-            self._claim(key)
-            self._abandoned.add(key)
-            raise
 
     def close(self) -> None:
         self._closed = True

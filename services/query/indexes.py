@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import threading
 import time
 from collections import defaultdict
@@ -213,6 +212,3 @@ class IndexManager:
             write_snapshot_file(self._path(slot.namespace_id), data)
             written += 1
         return written
-
-    def snapshot_files(self) -> list[str]:
-        return sorted(os.listdir(self._dir))

@@ -118,10 +118,6 @@ class KeyStore:
             )
             return None if row is None else _record(row)
 
-    def any_keys(self) -> bool:
-        with self._sessions() as session:
-            return session.scalar(select(ApiKeyRow.key_id).limit(1)) is not None
-
 
 def authenticator_for(
     sessions: sessionmaker[Session], services: Sequence[ServiceDescriptor], require_keys: bool
