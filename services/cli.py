@@ -16,6 +16,7 @@ import ctypes.util
 import datetime as dt
 import ipaddress
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -33,8 +34,11 @@ from reachstore.ingest.v1 import ingest_service_pb2_grpc as ingest_grpc
 from services.cli_keys import add_keys_parser
 from services.common.auth import LOCAL_TENANT
 from services.common.config import ConfigError, Settings
+from services.common.pii import masker_from_env
+from services.reach.config import load_config
+from services.reach.main import build_channels
 from services.storage.engine import init_schema, make_engine, make_sessions
-from services.storage.keys import KeyStore
+from services.storage.keys import KeySpec, KeyStore
 
 READY_TIMEOUT_SECONDS = 60.0
 _PR_SET_PDEATHSIG = 1  # from <sys/prctl.h>
@@ -50,10 +54,12 @@ DEMO_TEXT = (
 )
 
 # Offsets from --grpc-port-base, in this order. Reach and audit join in their own issues.
-COMPONENT_PORT_OFFSETS = {"query": 0, "ingest": 1}
-# The query service's Prometheus endpoint, derived from the base so that two systems on
-# different bases never collide.
+COMPONENT_PORT_OFFSETS = {"query": 0, "ingest": 1, "reach": 2}
+# The Prometheus endpoints of the query and reach services, derived from the base so that
+# two systems on different bases never collide.
 METRICS_PORT_OFFSET = 9
+REACH_METRICS_PORT_OFFSET = 8
+PII_SECRET_FILE = "pii.secret"
 
 
 def _fail(message: str) -> None:
@@ -146,10 +152,11 @@ def _seeding_credentials(settings: Settings) -> Iterator[list[tuple[str, str]]]:
     keys = KeyStore(make_sessions(engine))
     record, key = keys.create(
         LOCAL_TENANT,
-        "reachstore up: seeds the demo namespace",
-        ["read", "write"],
-        [],
-        dt.datetime.now(dt.UTC) + dt.timedelta(minutes=5),
+        KeySpec(
+            "reachstore up: seeds the demo namespace",
+            ("read", "write"),
+            expires_at=dt.datetime.now(dt.UTC) + dt.timedelta(minutes=5),
+        ),
     )
     try:
         yield [("authorization", f"Bearer {key}")]
@@ -205,12 +212,29 @@ def _seed_demo(ingest_addr: str, deadline: float, metadata: list[tuple[str, str]
             raise RuntimeError(f"seeding the demo namespace failed: {task.error.error_code}")
 
 
+def _pii_secret(data_dir: Path) -> str:
+    """The masking secret `up` keeps in the data folder (made once, readable by the owner
+    only), so masked values stay joinable across restarts."""
+    path = data_dir / PII_SECRET_FILE
+    if not path.exists():
+        data_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(secrets.token_hex(32))
+    return path.read_text().strip()
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     data_dir = Path(args.data_dir).resolve()
     metrics_port = (
         args.grpc_port_base + METRICS_PORT_OFFSET
         if args.metrics_port is None
         else args.metrics_port
+    )
+    reach_metrics_port = (
+        args.grpc_port_base + REACH_METRICS_PORT_OFFSET
+        if args.reach_metrics_port is None
+        else args.reach_metrics_port
     )
     ports = {name: args.grpc_port_base + offset for name, offset in COMPONENT_PORT_OFFSETS.items()}
     addr = {name: f"{args.host}:{port}" for name, port in ports.items()}
@@ -220,15 +244,22 @@ def cmd_up(args: argparse.Namespace) -> int:
             "REACHSTORE_DATA_DIR": str(data_dir),
             "REACHSTORE_QUERY_ADDR": addr["query"],
             "REACHSTORE_INGEST_ADDR": addr["ingest"],
+            "REACHSTORE_REACH_ADDR": addr["reach"],
         }
     )
     if args.require_keys:
         env["REACHSTORE_REQUIRE_KEYS"] = "true"
+    if args.reach_config:
+        env["REACHSTORE_REACH_CONFIG"] = str(Path(args.reach_config).resolve())
     try:
         settings = Settings.from_env(env)  # fails fast on a bad setting, before anything starts
+        build_channels(load_config(settings.reach_config))
+        masker_from_env(env)
     except ConfigError as exc:
         _fail(f"bad setting: {exc}")
         return 2
+    if not env.get("REACHSTORE_PII_SECRET"):
+        env["REACHSTORE_PII_SECRET"] = _pii_secret(data_dir)
     if not settings.require_keys and not _is_loopback(args.host):
         _fail(
             f"refusing to listen on {args.host} without API keys: anyone who can reach it could "
@@ -251,6 +282,8 @@ def cmd_up(args: argparse.Namespace) -> int:
             component_env = {**env, "REACHSTORE_LISTEN": addr[name]}
             if name == "query" and metrics_port:
                 component_env["REACHSTORE_METRICS_LISTEN"] = f"{args.host}:{metrics_port}"
+            if name == "reach" and reach_metrics_port:
+                component_env["REACHSTORE_METRICS_LISTEN"] = f"{args.host}:{reach_metrics_port}"
             system.start(name, f"services.{name}.main", component_env)
         system.start(
             "bridge",
@@ -305,6 +338,19 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="Prometheus metrics of the query service (coverage, failed namespaces "
         f"by category); default: grpc-port-base + {METRICS_PORT_OFFSET}; 0 turns them off",
+    )
+    up.add_argument(
+        "--reach-metrics-port",
+        type=int,
+        default=None,
+        help="Prometheus metrics of the reach service (actions by state, latency, retries, "
+        f"breakers); default: grpc-port-base + {REACH_METRICS_PORT_OFFSET}; 0 turns them off",
+    )
+    up.add_argument(
+        "--reach-config",
+        default=None,
+        help="the reach configuration file (channels, limits, rules; TOML); default: "
+        "REACHSTORE_REACH_CONFIG, or none (no channels)",
     )
     up.add_argument(
         "--require-keys",

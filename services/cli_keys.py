@@ -33,23 +33,35 @@ def _key_line(record: KeyRecord) -> str:
     state = "revoked" if record.revoked_at else "active"
     expires = record.expires_at.isoformat() if record.expires_at else "never"
     grants = ",".join(record.namespaces) or "*"
+    channels = ",".join(record.channels) or "*"
+    groups = f"  groups={','.join(record.groups)}" if record.groups else ""
     return (
         f"{record.key_id}  tenant={record.tenant}  scopes={','.join(record.scopes)}  "
-        f"namespaces={grants}  expires={expires}  {state}  {record.name}"
+        f"namespaces={grants}  channels={channels}{groups}  expires={expires}  {state}  "
+        f"{record.name}"
     )
 
 
+def _csv(text: str | None) -> list[str]:
+    return [part for part in (text or "").split(",") if part]
+
+
 def cmd_keys_create(args: argparse.Namespace) -> int:
-    scopes = [s for s in args.scopes.split(",") if s]
-    namespaces = [n for n in (args.namespaces or "").split(",") if n]
     try:
-        expires = check_key_request(args.name, scopes, namespaces, args.ttl_seconds)
+        spec = check_key_request(
+            args.name,
+            _csv(args.scopes),
+            _csv(args.namespaces),
+            args.ttl_seconds,
+            _csv(args.channels),
+            _csv(args.groups),
+        )
     except ReachstoreError as exc:
         _fail(exc.failure.message)
         return 2
     store, engine = _key_store(args)
     try:
-        record, key = store.create(args.tenant, args.name, scopes, namespaces, expires)
+        record, key = store.create(args.tenant, spec)
     finally:
         engine.dispose()
     print(_key_line(record))
@@ -94,8 +106,16 @@ def add_keys_parser(commands: argparse._SubParsersAction) -> None:
         sub.add_argument("--data-dir", default="./data", help="the data folder `up` uses")
         sub.add_argument("--tenant", default=LOCAL_TENANT, help="the tenant the key acts for")
         if action == "create":
-            sub.add_argument("--scopes", required=True, help="comma-separated: read,write,admin")
+            sub.add_argument(
+                "--scopes",
+                required=True,
+                help="comma-separated: read,write,admin,reach,operator",
+            )
             sub.add_argument("--namespaces", default="", help="comma-separated name patterns")
+            sub.add_argument(
+                "--channels", default="", help="comma-separated reach channel patterns"
+            )
+            sub.add_argument("--groups", default="", help="comma-separated caller groups")
             sub.add_argument("--name", default="", help="a label for people")
             sub.add_argument("--ttl-seconds", type=int, default=0, help="0: never expires")
         if action == "revoke":

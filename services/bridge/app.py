@@ -42,18 +42,32 @@ OPENAPI_PATH = "/api/v1/openapi.json"
 Handler = Callable[[Request, str], Awaitable[Response]]
 
 
+# Trace headers travel on to the services (and from reach to the receivers).
+_TRACE_HEADERS = ("traceparent", "x-trace-id")
+
+
 def _credentials(request: Request) -> list[tuple[str, str]]:
     """The caller's key, passed through as gRPC metadata: the services authenticate every
-    call themselves, so the bridge forwards the credential and vouches for nothing."""
+    call themselves, so the bridge forwards the credential and vouches for nothing. Trace
+    headers go along when they are printable ASCII."""
+    metadata = [
+        (name, request.headers[name])
+        for name in _TRACE_HEADERS
+        if name in request.headers and _printable_ascii(request.headers[name])
+    ]
     header = request.headers.get("authorization")
     if header is None and "x-api-key" in request.headers:
         header = f"Bearer {request.headers['x-api-key']}"
     if header is None:
-        return []
+        return metadata
     # gRPC metadata only carries printable ASCII; anything else cannot be a key of ours.
-    if not (header.isascii() and header.isprintable()):
+    if not _printable_ascii(header):
         raise errors.ReachstoreError(errors.AUTH_MALFORMED)
-    return [("authorization", header)]
+    return [*metadata, ("authorization", header)]
+
+
+def _printable_ascii(value: str) -> bool:
+    return value.isascii() and value.isprintable()
 
 
 class Bridge:

@@ -20,6 +20,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from reachstore.admin.v1 import key_service_pb2
 from reachstore.ingest.v1 import ingest_service_pb2
 from reachstore.query.v1 import query_service_pb2
+from reachstore.reach.v1 import reach_service_pb2
 from services.bridge import json_codec
 from services.bridge.routes import Route
 from services.common.config import Settings
@@ -28,10 +29,16 @@ from services.common.grpc_server import GRPC_OPTIONS
 QUERY_SERVICE = query_service_pb2.DESCRIPTOR.services_by_name["QueryService"]
 INGEST_SERVICE = ingest_service_pb2.DESCRIPTOR.services_by_name["IngestService"]
 KEY_SERVICE = key_service_pb2.DESCRIPTOR.services_by_name["KeyService"]
+REACH_SERVICE = reach_service_pb2.DESCRIPTOR.services_by_name["ReachService"]
 
-# The services the bridge exposes. Reach and audit join with one line each here and one
-# address in ``backend_addresses``.
-DEFAULT_SERVICES: tuple[ServiceDescriptor, ...] = (QUERY_SERVICE, INGEST_SERVICE, KEY_SERVICE)
+# The services the bridge exposes. A new one joins with one line here and one address in
+# ``backend_addresses``.
+DEFAULT_SERVICES: tuple[ServiceDescriptor, ...] = (
+    QUERY_SERVICE,
+    INGEST_SERVICE,
+    KEY_SERVICE,
+    REACH_SERVICE,
+)
 
 
 def backend_addresses(settings: Settings) -> dict[str, str]:
@@ -40,6 +47,7 @@ def backend_addresses(settings: Settings) -> dict[str, str]:
         QUERY_SERVICE.full_name: settings.query_addr,
         INGEST_SERVICE.full_name: settings.ingest_addr,
         KEY_SERVICE.full_name: settings.ingest_addr,  # hosted by the ingest process
+        REACH_SERVICE.full_name: settings.reach_addr,
     }
 
 

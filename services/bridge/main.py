@@ -71,11 +71,12 @@ async def serve(settings: Settings) -> None:
     host, port = sock.getsockname()[:2]
     # Tools (and tests) read this line to learn the port when REACHSTORE_LISTEN ends in :0.
     log.info(
-        "bridge listening on %s:%d (query=%s ingest=%s)",
+        "bridge listening on %s:%d (query=%s ingest=%s reach=%s)",
         host,
         port,
         settings.query_addr,
         settings.ingest_addr,
+        settings.reach_addr,
     )
     try:
         await server.serve(sockets=[sock])

@@ -25,7 +25,9 @@ from google.protobuf.descriptor import ServiceDescriptor
 from reachstore.common.v1 import access_pb2
 from services.common import errors
 
-SCOPES = ("read", "write", "admin")
+# read: queries and look-ups; write: namespaces and documents; admin: keys; reach: send
+# actions to the outside world; operator: settle actions under review.
+SCOPES = ("read", "write", "admin", "reach", "operator")
 LOCAL_TENANT = "default"
 _KEY_RE = re.compile(r"rsk_([0-9a-f]{16})_([A-Za-z0-9_-]{20,128})")
 # Compared against when the key id is unknown, so both failures cost the same work.
@@ -42,6 +44,10 @@ class StoredKey(Protocol):
     @property
     def namespaces(self) -> tuple[str, ...]: ...
     @property
+    def channels(self) -> tuple[str, ...]: ...
+    @property
+    def groups(self) -> tuple[str, ...]: ...
+    @property
     def expires_at(self) -> dt.datetime | None: ...
     @property
     def revoked_at(self) -> dt.datetime | None: ...
@@ -57,12 +63,20 @@ class Caller:
     key_id: str  # empty for the local, keyless caller
     scopes: frozenset[str]
     namespaces: tuple[str, ...] = ()  # name patterns; empty means every namespace
+    channels: tuple[str, ...] = ()  # reach channel patterns; empty means every channel
+    groups: tuple[str, ...] = ()  # what channel rules may check as `caller.groups`
 
     def may_use(self, namespace: str) -> bool:
         """Whether the key's grants cover this namespace."""
-        return not self.namespaces or any(
-            fnmatch.fnmatchcase(namespace, pattern) for pattern in self.namespaces
-        )
+        return _granted(namespace, self.namespaces)
+
+    def may_reach(self, channel: str) -> bool:
+        """Whether the key's channel allow-list covers this reach channel."""
+        return _granted(channel, self.channels)
+
+
+def _granted(name: str, patterns: tuple[str, ...]) -> bool:
+    return not patterns or any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
 
 
 LOCAL_CALLER = Caller(LOCAL_TENANT, "", frozenset(SCOPES))
@@ -142,4 +156,11 @@ class Authenticator:
             raise errors.ReachstoreError(
                 errors.AUTH_KEY_EXPIRED, structured_data={"key_id": key_id}
             )
-        return Caller(stored.tenant, key_id, frozenset(stored.scopes), tuple(stored.namespaces))
+        return Caller(
+            stored.tenant,
+            key_id,
+            frozenset(stored.scopes),
+            tuple(stored.namespaces),
+            tuple(stored.channels),
+            tuple(stored.groups),
+        )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import socket
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -29,6 +30,21 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
     ),
     "REACHSTORE_QUERY_ADDR": ("127.0.0.1:50051", "host:port of the query service."),
     "REACHSTORE_INGEST_ADDR": ("127.0.0.1:50052", "host:port of the ingest service."),
+    "REACHSTORE_REACH_ADDR": ("127.0.0.1:50053", "host:port of the reach service."),
+    "REACHSTORE_REACH_CONFIG": (
+        "",
+        "Path of the reach configuration file (TOML: channels, limits, rules). Empty: no "
+        "channels, so every action is refused.",
+    ),
+    "REACHSTORE_WORKER_ID": (
+        "",
+        "Name of this reach process in action leases and logs; default: host name and pid.",
+    ),
+    "REACHSTORE_PII_SECRET": (
+        "",
+        "Secret (16+ bytes) that keys PII masking so equal values mask alike across "
+        "processes and restarts. Empty: `up` keeps one in the data folder.",
+    ),
     "REACHSTORE_METRICS_LISTEN": (
         "",
         "host:port for Prometheus metrics of this component; empty: off.",
@@ -104,6 +120,9 @@ class Settings:
     listen: str
     query_addr: str
     ingest_addr: str
+    reach_addr: str
+    reach_config: Path | None
+    worker_id: str
     metrics_listen: str
     embed_threads: int
     query_timeout_default_ms: int
@@ -141,6 +160,12 @@ class Settings:
             listen=_address(env, "REACHSTORE_LISTEN"),
             query_addr=_address(env, "REACHSTORE_QUERY_ADDR"),
             ingest_addr=_address(env, "REACHSTORE_INGEST_ADDR"),
+            reach_addr=_address(env, "REACHSTORE_REACH_ADDR"),
+            reach_config=Path(env["REACHSTORE_REACH_CONFIG"])
+            if env.get("REACHSTORE_REACH_CONFIG")
+            else None,
+            worker_id=env.get("REACHSTORE_WORKER_ID", "")
+            or f"{socket.gethostname()[:40]}-{os.getpid()}",
             metrics_listen=_address(env, "REACHSTORE_METRICS_LISTEN")
             if env.get("REACHSTORE_METRICS_LISTEN")
             else "",

@@ -310,6 +310,190 @@ INCOMPLETE_RESULT_PERMANENT = _entry(
     "is not retryable); the per-namespace failures travel in the details.",
 )
 
+# --- reach: requests -----------------------------------------------------------------------
+CHANNEL_NOT_ALLOWED = _entry(
+    "CHANNEL_NOT_ALLOWED",
+    _A,
+    _S.PERMISSION_DENIED,
+    "The channel is not configured or the API key's channel allow-list does not cover it "
+    "(the two look alike on purpose); ListChannels shows the usable ones.",
+)
+PARAMS_REJECTED = _entry(
+    "PARAMS_REJECTED",
+    _P,
+    _S.INVALID_ARGUMENT,
+    "An action's parameters break the channel's schema or rules; one detail per "
+    "offending action names the field and the rule. Nothing was reserved.",
+)
+IDEMPOTENCY_KEY_REUSED = _entry(
+    "IDEMPOTENCY_KEY_REUSED",
+    _P,
+    _S.FAILED_PRECONDITION,
+    "The task's idempotency key was used before for a task with different content; use a "
+    "new key for a different task.",
+)
+ACTION_ALREADY_RESERVED = _entry(
+    "ACTION_ALREADY_RESERVED",
+    _P,
+    _S.ALREADY_EXISTS,
+    "An action of this task has the idempotency key of an action of another task; "
+    "structured_data names it. It will not run twice.",
+)
+REACH_TASK_NOT_FOUND = _entry(
+    "REACH_TASK_NOT_FOUND", _P, _S.NOT_FOUND, "The tenant has no reach task with this id."
+)
+ACTION_NOT_FOUND = _entry(
+    "ACTION_NOT_FOUND", _P, _S.NOT_FOUND, "The tenant has no reach action with this id."
+)
+ACTION_NOT_RESOLVABLE = _entry(
+    "ACTION_NOT_RESOLVABLE",
+    _P,
+    _S.FAILED_PRECONDITION,
+    "Only an UNKNOWN or NEEDS_REVIEW action can be resolved by an operator.",
+)
+
+# --- reach: per action (inside responses) ----------------------------------------------------
+ACTION_IN_FLIGHT = _entry(
+    "ACTION_IN_FLIGHT",
+    _T,
+    _S.FAILED_PRECONDITION,
+    "The action is being sent right now; ask again in a moment.",
+    retry_after_ms=1000,
+)
+CANCEL_NOT_SUPPORTED = _entry(
+    "CANCEL_NOT_SUPPORTED",
+    _P,
+    _S.FAILED_PRECONDITION,
+    "The action was already sent and its receiver cannot cancel it (or refused to).",
+)
+ACTION_ALREADY_FINISHED = _entry(
+    "ACTION_ALREADY_FINISHED", _P, _S.FAILED_PRECONDITION, "The action had already finished."
+)
+OUTCOME_UNKNOWN = _entry(
+    "OUTCOME_UNKNOWN",
+    _T,
+    _S.UNAVAILABLE,
+    "The action may or may not have taken effect. It is re-checked at the receiver and "
+    "never re-sent blindly; ask again after the advised wait.",
+    retry_after_ms=30_000,
+)
+REVIEW_REQUIRED = _entry(
+    "REVIEW_REQUIRED",
+    _P,
+    _S.FAILED_PRECONDITION,
+    "Re-checking could not settle the action's outcome; an operator must resolve it.",
+)
+DEPENDENCY_FAILED = _entry(
+    "DEPENDENCY_FAILED",
+    _P,
+    _S.FAILED_PRECONDITION,
+    "Not run: an action it depends on failed, was cancelled or was skipped.",
+)
+ACTION_CANCELLED = _entry("ACTION_CANCELLED", _P, _S.CANCELLED, "The action was cancelled.")
+RESOLVED_FAILED = _entry(
+    "RESOLVED_FAILED",
+    _P,
+    _S.FAILED_PRECONDITION,
+    "An operator found that the action did not take effect; their note says why.",
+)
+RECEIVER_REPORTED_FAILURE = _entry(
+    "RECEIVER_REPORTED_FAILURE",
+    _P,
+    _S.FAILED_PRECONDITION,
+    "The receiver accepted the action and later reported that it failed.",
+)
+RECEIVER_REJECTED = _entry(
+    "RECEIVER_REJECTED",
+    _P,
+    _S.FAILED_PRECONDITION,
+    "The receiver refused the action on its merits (an HTTP 4xx, a gRPC INVALID_ARGUMENT).",
+)
+RECIPIENT_REFUSED = _entry(
+    "RECIPIENT_REFUSED", _P, _S.FAILED_PRECONDITION, "The mail server refused a recipient."
+)
+INVALID_PARAMS = _entry(
+    "INVALID_PARAMS",
+    _P,
+    _S.INVALID_ARGUMENT,
+    "The receiver's request could not be built from the parameters.",
+)
+RECEIVER_AUTH_FAILED = _entry(
+    "RECEIVER_AUTH_FAILED",
+    _A,
+    _S.FAILED_PRECONDITION,
+    "The receiver refused reachstore's credentials for this channel (configuration).",
+)
+SMTP_AUTH_FAILED = _entry(
+    "SMTP_AUTH_FAILED", _A, _S.FAILED_PRECONDITION, "The mail server refused the login."
+)
+RECEIVER_REDIRECTED = _entry(
+    "RECEIVER_REDIRECTED",
+    _P,
+    _S.FAILED_PRECONDITION,
+    "The receiver answered with a redirect; the channel's URL needs fixing.",
+)
+RECEIVER_UNIMPLEMENTED = _entry(
+    "RECEIVER_UNIMPLEMENTED",
+    _P,
+    _S.FAILED_PRECONDITION,
+    "The receiver does not implement the configured method.",
+)
+SMTP_REJECTED = _entry(
+    "SMTP_REJECTED", _P, _S.FAILED_PRECONDITION, "The mail server refused the message."
+)
+RECEIVER_REQUEST_INVALID = _entry(
+    "RECEIVER_REQUEST_INVALID",
+    _P,
+    _S.FAILED_PRECONDITION,
+    "The request to the receiver could not be built (for example a header that is not ASCII).",
+)
+SMTP_STARTTLS_UNSUPPORTED = _entry(
+    "SMTP_STARTTLS_UNSUPPORTED",
+    _P,
+    _S.FAILED_PRECONDITION,
+    "The channel requires STARTTLS and the mail server does not offer it; nothing is sent "
+    "in plain text.",
+)
+SMTP_TLS_FAILED = _entry(
+    "SMTP_TLS_FAILED",
+    _P,
+    _S.FAILED_PRECONDITION,
+    "The TLS handshake with the mail server failed (for example an untrusted certificate).",
+)
+RECEIVER_RATE_LIMITED = _entry(
+    "RECEIVER_RATE_LIMITED",
+    _Q,
+    _S.RESOURCE_EXHAUSTED,
+    "The receiver is rate limiting reachstore (HTTP 429, gRPC RESOURCE_EXHAUSTED); its "
+    "Retry-After is honoured.",
+    retry_after_ms=5000,
+)
+_RECEIVER_TRANSIENT = {
+    "RECEIVER_UNAVAILABLE": "The receiver answered with a server error (5xx, UNAVAILABLE).",
+    "RECEIVER_UNREACHABLE": "No connection to the receiver could be made; nothing was sent.",
+    "RECEIVER_CONNECTION_LOST": "The connection dropped after the request was sent.",
+    "RECEIVER_ERROR": "The receiver failed in a way that may be temporary.",
+    "RECEIVER_ABORTED": "The receiver aborted the call (gRPC ABORTED); it may succeed again.",
+    "SMTP_TEMPORARY_FAILURE": "The mail server answered with a temporary (4xx) failure.",
+    "SMTP_UNREACHABLE": "No connection to the mail server could be made; nothing was sent.",
+    "SMTP_CONNECTION_LOST": "The mail server dropped the connection after the message was sent.",
+}
+for _code, _text in _RECEIVER_TRANSIENT.items():
+    _entry(_code, _T, _S.UNAVAILABLE, _text, retry_after_ms=1000)
+for _code, _text in {
+    "RECEIVER_TIMEOUT": "The receiver did not answer in time after the request was sent.",
+    "SMTP_TIMEOUT": "The mail server did not answer in time.",
+}.items():
+    _entry(_code, _TO, _S.DEADLINE_EXCEEDED, _text, retry_after_ms=1000)
+PENDING_STALLED = _entry(
+    "PENDING_STALLED",
+    _TO,
+    _S.DEADLINE_EXCEEDED,
+    "The receiver accepted the action but reported no outcome within the channel's stall "
+    "timeout; it is now UNKNOWN and re-checked.",
+    retry_after_ms=30_000,
+)
+
 # --- server side ---------------------------------------------------------------------------
 SERVICE_UNAVAILABLE = _entry(
     "SERVICE_UNAVAILABLE",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 from services.common.auth import Authenticator
 from services.common.grpc_server import Registrar, create_server, mark_serving
@@ -23,10 +23,12 @@ async def serve(
     service_names: list[str],
     address: str,
     on_stop: Callable[[], None] | None = None,
+    before_stop: Callable[[], Awaitable[None]] | None = None,
     authenticator: Authenticator | None = None,
     limiter: RequestLimiter | None = None,
 ) -> None:
-    """Serves until a stop signal, then stops gracefully and calls ``on_stop``."""
+    """Serves until a stop signal, then stops gracefully: no new calls, ``before_stop``
+    (background work winds down), ``on_stop``."""
     server, port, health_servicer = create_server(
         registrars, service_names, address, authenticator, limiter
     )
@@ -42,6 +44,8 @@ async def serve(
     log.info("%s stopping", component)
     await health_servicer.enter_graceful_shutdown()
     await server.stop(SHUTDOWN_GRACE_SECONDS)
+    if before_stop is not None:
+        await before_stop()
     if on_stop is not None:
         on_stop()
     log.info("%s stopped", component)

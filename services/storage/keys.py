@@ -22,6 +22,18 @@ KEY_PREFIX = "rsk"
 
 
 @dataclasses.dataclass(frozen=True)
+class KeySpec:
+    """What a new key may do, checked by ``services.admin.api.keys.check_key_spec``."""
+
+    name: str
+    scopes: tuple[str, ...]
+    namespaces: tuple[str, ...] = ()
+    channels: tuple[str, ...] = ()
+    groups: tuple[str, ...] = ()
+    expires_at: dt.datetime | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class KeyRecord:
     key_id: str
     tenant: str
@@ -31,6 +43,8 @@ class KeyRecord:
     created_at: dt.datetime
     expires_at: dt.datetime | None
     revoked_at: dt.datetime | None
+    channels: tuple[str, ...] = ()
+    groups: tuple[str, ...] = ()
     secret_sha256: str = dataclasses.field(repr=False, default="")
 
 
@@ -44,6 +58,8 @@ def _record(row: ApiKeyRow) -> KeyRecord:
         row.created_at,
         row.expires_at,
         row.revoked_at,
+        tuple(json.loads(row.channels_json)),
+        tuple(json.loads(row.groups_json)),
         row.secret_sha256,
     )
 
@@ -61,26 +77,21 @@ class KeyStore:
     def __init__(self, sessions: sessionmaker[Session]) -> None:
         self._sessions = sessions
 
-    def create(
-        self,
-        tenant: str,
-        name: str,
-        scopes: Sequence[str],
-        namespaces: Sequence[str],
-        expires_at: dt.datetime | None,
-    ) -> tuple[KeyRecord, str]:
+    def create(self, tenant: str, spec: KeySpec) -> tuple[KeyRecord, str]:
         """Stores a new key; returns it and the full key string (shown once)."""
         key_id = secrets.token_hex(8)
         secret = secrets.token_urlsafe(32)
         row = ApiKeyRow(
             key_id=key_id,
             tenant=tenant,
-            name=name,
+            name=spec.name,
             secret_sha256=secret_digest(secret),
-            scopes_json=json.dumps(sorted(set(scopes))),
-            namespaces_json=json.dumps(list(namespaces)),
+            scopes_json=json.dumps(sorted(set(spec.scopes))),
+            namespaces_json=json.dumps(list(spec.namespaces)),
+            channels_json=json.dumps(list(spec.channels)),
+            groups_json=json.dumps(sorted(set(spec.groups))),
             created_at=utcnow(),
-            expires_at=expires_at,
+            expires_at=spec.expires_at,
             revoked_at=None,
         )
         with self._sessions.begin() as session:

@@ -25,7 +25,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 # AUTOINCREMENT stops it from reusing the ids of deleted rows: a re-created namespace must
 # never inherit the old one's id (its index snapshot is filed under it).
 BigId = BigInteger().with_variant(Integer(), "sqlite")
-_NO_ID_REUSE = {"sqlite_autoincrement": True}
+NO_ID_REUSE = {"sqlite_autoincrement": True}
 
 TENANT_LEN = 64
 NAME_LEN = 64
@@ -47,7 +47,7 @@ class NamespaceRow(Base):
     __tablename__ = "namespaces"
     __table_args__ = (
         UniqueConstraint("tenant", "name", name="uq_namespaces_tenant_name"),
-        _NO_ID_REUSE,
+        NO_ID_REUSE,
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
@@ -65,7 +65,7 @@ class DocumentRow(Base):
     __tablename__ = "documents"
     __table_args__ = (
         UniqueConstraint("namespace_id", "document_id", name="uq_documents_namespace_doc"),
-        _NO_ID_REUSE,
+        NO_ID_REUSE,
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
@@ -84,7 +84,7 @@ class ChunkRow(Base):
     """One chunk with its embedding. ``id`` is also the vector's id in the derived index."""
 
     __tablename__ = "chunks"
-    __table_args__ = (Index("ix_chunks_namespace_doc", "namespace_id", "document_id"), _NO_ID_REUSE)
+    __table_args__ = (Index("ix_chunks_namespace_doc", "namespace_id", "document_id"), NO_ID_REUSE)
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     tenant: Mapped[str] = mapped_column(String(TENANT_LEN))
@@ -102,7 +102,7 @@ class ChangeRow(Base):
     bring its index from its seq up to the namespace's."""
 
     __tablename__ = "namespace_changes"
-    __table_args__ = (Index("ix_changes_namespace_seq", "namespace_id", "seq"), _NO_ID_REUSE)
+    __table_args__ = (Index("ix_changes_namespace_seq", "namespace_id", "seq"), NO_ID_REUSE)
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     tenant: Mapped[str] = mapped_column(String(TENANT_LEN))
@@ -152,6 +152,8 @@ class ApiKeyRow(Base):
     secret_sha256: Mapped[str] = mapped_column(String(64))
     scopes_json: Mapped[str] = mapped_column(Text)
     namespaces_json: Mapped[str] = mapped_column(Text, default="[]")
+    channels_json: Mapped[str] = mapped_column(Text, default="[]")
+    groups_json: Mapped[str] = mapped_column(Text, default="[]")
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     expires_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     revoked_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

@@ -25,16 +25,22 @@ from reachstore.ingest.v1 import ingest_service_pb2 as ingest_pb2
 from reachstore.ingest.v1 import ingest_service_pb2_grpc as ingest_grpc
 from reachstore.query.v1 import query_service_pb2 as query_pb2
 from reachstore.query.v1 import query_service_pb2_grpc as query_grpc
+from reachstore.reach.v1 import reach_service_pb2_grpc as reach_grpc
 from services.bridge.app import create_app
-from services.bridge.backends import INGEST_SERVICE, KEY_SERVICE, QUERY_SERVICE
+from services.bridge.backends import INGEST_SERVICE, KEY_SERVICE, QUERY_SERVICE, REACH_SERVICE
 from services.bridge.main import bind_socket, uvicorn_config
 from services.common import errors
 from services.common.config import Settings
 from services.common.grpc_server import create_server, mark_serving
 
-# The services the test backend hosts (key administration is tested end to end).
+# The services the test backend hosts (key administration and reach are tested end to end).
 BACKEND_SERVICES = (QUERY_SERVICE, INGEST_SERVICE)
-SERVICE_NAMES = [QUERY_SERVICE.full_name, INGEST_SERVICE.full_name, KEY_SERVICE.full_name]
+SERVICE_NAMES = [
+    QUERY_SERVICE.full_name,
+    INGEST_SERVICE.full_name,
+    KEY_SERVICE.full_name,
+    REACH_SERVICE.full_name,
+]
 
 
 class LoopThread:
@@ -225,6 +231,7 @@ class Backend:
             {
                 "REACHSTORE_QUERY_ADDR": self.address,
                 "REACHSTORE_INGEST_ADDR": self.address,
+                "REACHSTORE_REACH_ADDR": self.address,
                 "REACHSTORE_LISTEN": "127.0.0.1:0",
             }
         )
@@ -237,10 +244,13 @@ async def _start_backend() -> Backend:
         lambda server: ingest_grpc.add_IngestServiceServicer_to_server(
             FakeIngest(recorder), server
         ),
-        # Hosted like the real ingest process does, so a bridge started with its default
-        # services finds every backend serving; its methods answer UNIMPLEMENTED.
+        # Hosted so that a bridge started with its default services finds every backend
+        # serving; their methods answer UNIMPLEMENTED.
         lambda server: key_grpc.add_KeyServiceServicer_to_server(
             key_grpc.KeyServiceServicer(), server
+        ),
+        lambda server: reach_grpc.add_ReachServiceServicer_to_server(
+            reach_grpc.ReachServiceServicer(), server
         ),
     ]
     server, port, health = create_server(registrars, SERVICE_NAMES, "127.0.0.1:0")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -35,10 +36,18 @@ def test_document_is_openapi_3_1(doc: dict[str, Any]) -> None:
 
 
 def test_every_rpc_has_its_path_method_and_operation_id(doc: dict[str, Any]) -> None:
+    names = Counter(route.method.name for route in TABLE.routes)
     for route in TABLE.routes:
         operation = doc["paths"][route.template][route.http_method.lower()]
-        assert operation["operationId"] == route.method.name
+        # An RPC name two services share (GetTask) is prefixed with the service's name.
+        expected = route.method.name
+        if names[expected] > 1:
+            expected = f"{route.service.name}_{expected}"
+        assert operation["operationId"] == expected
         assert operation["x-grpc-method"] == route.grpc_path
+    assert doc["paths"]["/api/v1/reach/tasks/{task_id}"]["get"]["operationId"] == (
+        "ReachService_GetTask"
+    )
 
 
 def test_operation_ids_are_unique(doc: dict[str, Any]) -> None:

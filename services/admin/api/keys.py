@@ -13,7 +13,7 @@ from services.common import errors, names, paging
 from services.common.auth import SCOPES
 from services.common.identity import caller_tenant
 from services.common.timefmt import rfc3339
-from services.storage.keys import KeyRecord, KeyStore
+from services.storage.keys import KeyRecord, KeySpec, KeyStore
 
 MAX_NAME = 128
 MAX_PATTERNS = 64
@@ -26,6 +26,8 @@ def key_to_pb(record: KeyRecord) -> pb.ApiKey:
         name=record.name,
         scopes=record.scopes,
         namespaces=record.namespaces,
+        channels=record.channels,
+        groups=record.groups,
         created_at=rfc3339(record.created_at),
         expires_at=rfc3339(record.expires_at) if record.expires_at else "",
         revoked_at=rfc3339(record.revoked_at) if record.revoked_at else "",
@@ -33,9 +35,14 @@ def key_to_pb(record: KeyRecord) -> pb.ApiKey:
 
 
 def check_key_request(
-    name: str, scopes: list[str], namespaces: list[str], ttl_seconds: int
-) -> dt.datetime | None:
-    """Validates what a new key asks for; returns its expiry. Shared with the CLI."""
+    name: str,
+    scopes: list[str],
+    namespaces: list[str],
+    ttl_seconds: int,
+    channels: list[str] = [],  # noqa: B006 - never mutated
+    groups: list[str] = [],  # noqa: B006 - never mutated
+) -> KeySpec:
+    """Validates what a new key asks for. Shared with the CLI."""
     if len(name) > MAX_NAME:
         raise errors.invalid("name", f"at most {MAX_NAME} characters")
     if not scopes or any(s not in SCOPES for s in scopes):
@@ -49,9 +56,24 @@ def check_key_request(
                 f"must be a namespace name ({names.NAMESPACE_RULE}) "
                 "where * and ? stand for any characters",
             )
+    _check_names("channels", channels, "a channel name", allow_wildcards=True)
+    _check_names("groups", groups, "a group name", allow_wildcards=False)
     if ttl_seconds < 0:
         raise errors.invalid("ttl_seconds", "must not be negative (0 means no expiry)")
-    return dt.datetime.now(dt.UTC) + dt.timedelta(seconds=ttl_seconds) if ttl_seconds else None
+    expires = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=ttl_seconds) if ttl_seconds else None
+    return KeySpec(name, tuple(scopes), tuple(namespaces), tuple(channels), tuple(groups), expires)
+
+
+def _check_names(field: str, values: list[str], what: str, allow_wildcards: bool) -> None:
+    if len(values) > MAX_PATTERNS:
+        raise errors.invalid(field, f"at most {MAX_PATTERNS} entries")
+    for i, value in enumerate(values):
+        plain = value.replace("*", "a").replace("?", "a") if allow_wildcards else value
+        if not names.is_namespace_name(plain):
+            wildcards = " where * and ? stand for any characters" if allow_wildcards else ""
+            raise errors.invalid(
+                f"{field}[{i}]", f"must be {what} ({names.NAMESPACE_RULE}){wildcards}"
+            )
 
 
 class KeyServicer(pb_grpc.KeyServiceServicer):
@@ -61,17 +83,15 @@ class KeyServicer(pb_grpc.KeyServiceServicer):
     async def CreateKey(
         self, request: pb.CreateKeyRequest, context: grpc.aio.ServicerContext
     ) -> pb.CreateKeyResponse:
-        expires = check_key_request(
-            request.name, list(request.scopes), list(request.namespaces), request.ttl_seconds
-        )
-        record, secret = await asyncio.to_thread(
-            self._keys.create,
-            caller_tenant(context),
+        spec = check_key_request(
             request.name,
             list(request.scopes),
             list(request.namespaces),
-            expires,
+            request.ttl_seconds,
+            list(request.channels),
+            list(request.groups),
         )
+        record, secret = await asyncio.to_thread(self._keys.create, caller_tenant(context), spec)
         return pb.CreateKeyResponse(key=key_to_pb(record), secret=secret)
 
     async def ListKeys(

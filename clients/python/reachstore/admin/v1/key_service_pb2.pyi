@@ -10,7 +10,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ApiKey(_message.Message):
-    __slots__ = ("key_id", "tenant", "name", "scopes", "namespaces", "created_at", "expires_at", "revoked_at")
+    __slots__ = ("key_id", "tenant", "name", "scopes", "namespaces", "created_at", "expires_at", "revoked_at", "channels", "groups")
     KEY_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -19,6 +19,8 @@ class ApiKey(_message.Message):
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
     REVOKED_AT_FIELD_NUMBER: _ClassVar[int]
+    CHANNELS_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
     key_id: str
     tenant: str
     name: str
@@ -27,19 +29,25 @@ class ApiKey(_message.Message):
     created_at: str
     expires_at: str
     revoked_at: str
-    def __init__(self, key_id: _Optional[str] = ..., tenant: _Optional[str] = ..., name: _Optional[str] = ..., scopes: _Optional[_Iterable[str]] = ..., namespaces: _Optional[_Iterable[str]] = ..., created_at: _Optional[str] = ..., expires_at: _Optional[str] = ..., revoked_at: _Optional[str] = ...) -> None: ...
+    channels: _containers.RepeatedScalarFieldContainer[str]
+    groups: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, key_id: _Optional[str] = ..., tenant: _Optional[str] = ..., name: _Optional[str] = ..., scopes: _Optional[_Iterable[str]] = ..., namespaces: _Optional[_Iterable[str]] = ..., created_at: _Optional[str] = ..., expires_at: _Optional[str] = ..., revoked_at: _Optional[str] = ..., channels: _Optional[_Iterable[str]] = ..., groups: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CreateKeyRequest(_message.Message):
-    __slots__ = ("name", "scopes", "namespaces", "ttl_seconds")
+    __slots__ = ("name", "scopes", "namespaces", "ttl_seconds", "channels", "groups")
     NAME_FIELD_NUMBER: _ClassVar[int]
     SCOPES_FIELD_NUMBER: _ClassVar[int]
     NAMESPACES_FIELD_NUMBER: _ClassVar[int]
     TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    CHANNELS_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
     name: str
     scopes: _containers.RepeatedScalarFieldContainer[str]
     namespaces: _containers.RepeatedScalarFieldContainer[str]
     ttl_seconds: int
-    def __init__(self, name: _Optional[str] = ..., scopes: _Optional[_Iterable[str]] = ..., namespaces: _Optional[_Iterable[str]] = ..., ttl_seconds: _Optional[int] = ...) -> None: ...
+    channels: _containers.RepeatedScalarFieldContainer[str]
+    groups: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., scopes: _Optional[_Iterable[str]] = ..., namespaces: _Optional[_Iterable[str]] = ..., ttl_seconds: _Optional[int] = ..., channels: _Optional[_Iterable[str]] = ..., groups: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CreateKeyResponse(_message.Message):
     __slots__ = ("key", "secret", "partial_failures")

@@ -1,0 +1,393 @@
+"""ReachService: reserve tasks, report on them, cancel and resolve actions.
+
+Handlers only check, reserve and read; the executor (same process) sends. Every read is
+scoped to the caller's tenant, and a task or action of another tenant is simply not found.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import time
+from collections.abc import Callable, Mapping
+
+import grpc
+
+from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
+from reachstore.reach.v1 import reach_service_pb2 as pb
+from reachstore.reach.v1 import reach_service_pb2_grpc as pb_grpc
+from services.common import errors, names, paging
+from services.common.identity import caller
+from services.common.timefmt import rfc3339
+from services.reach import states as st
+from services.reach.api import convert
+from services.reach.channels.base import Channel, Outgoing
+from services.reach.config import ReachConfig
+from services.reach.planning import plan_task, trace_from_metadata
+from services.reach.policy.breaker import CircuitBreaker
+from services.reach.store import Change, ReachStore
+
+MAX_WAIT_MS = 30_000
+WAIT_STEP_SECONDS = 0.05
+MAX_NOTE = 2000
+_UNSENT = (st.BLOCKED, st.READY)
+_SENT_OPEN = (st.PENDING, st.UNKNOWN, st.NEEDS_REVIEW)
+
+
+class ReachServicer(pb_grpc.ReachServiceServicer):
+    def __init__(
+        self,
+        store: ReachStore,
+        config: ReachConfig,
+        channels: Mapping[str, Channel],
+        breakers: Mapping[str, CircuitBreaker],
+        wake: Callable[[], None],
+    ) -> None:
+        self._store = store
+        self._config = config
+        self._channels = channels
+        self._breakers = breakers
+        self._wake = wake
+
+    # --- submitting ------------------------------------------------------------------------
+
+    async def SubmitTask(
+        self, request: pb.SubmitTaskRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SubmitTaskResponse:
+        plan = plan_task(
+            convert.task_spec(request),
+            caller(context),
+            self._config,
+            self._channels,
+            trace_from_metadata(tuple(context.invocation_metadata() or ())),
+            dt.datetime.now(dt.UTC),
+        )
+        if request.validate_only:
+            preview = pb.Task(
+                entity_id=plan.entity_id,
+                idempotency_key=plan.caller_key or "",
+                logical_time=rfc3339(plan.logical_time),
+                state=pb.TASK_STATE_PENDING,
+                trace_id=plan.trace_id,
+                submitted_by=plan.submitted_by,
+            )
+            for a in plan.actions:
+                preview.actions.add(
+                    name=a.name,
+                    channel=a.channel,
+                    action_type=a.action_type,
+                    params=convert.struct(a.params),
+                    depends_on=a.depends_on,
+                    requirement=pb.REQUIREMENT_REQUIRED if a.required else pb.REQUIREMENT_OPTIONAL,
+                    idempotency_key=a.idem_key,
+                    window=a.window,
+                    state=pb.ACTION_STATE_BLOCKED if a.depends_on else pb.ACTION_STATE_READY,
+                )
+            return pb.SubmitTaskResponse(task=preview, validated_only=True)
+        reserved = await asyncio.to_thread(self._store.reserve, plan)
+        if not reserved.deduplicated:
+            self._wake()
+        return pb.SubmitTaskResponse(
+            task=convert.task_to_pb(reserved.task, reserved.actions),
+            deduplicated=reserved.deduplicated,
+        )
+
+    async def Reach(
+        self, request: pb.ReachRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ReachResponse:
+        action = pb.ActionSpec()
+        action.CopyFrom(request.action)
+        if not action.name:
+            action.name = (
+                action.action_type if names.is_namespace_name(action.action_type) else "action"
+            )
+        submitted = await self.SubmitTask(
+            pb.SubmitTaskRequest(
+                entity_id=request.entity_id,
+                idempotency_key=request.idempotency_key,
+                logical_time=request.logical_time,
+                trace_id=request.trace_id,
+                actions=[action],
+            ),
+            context,
+        )
+        only = submitted.task.actions[0]
+        return pb.ReachResponse(
+            task_id=submitted.task.task_id,
+            action_id=only.action_id,
+            idempotency_key=only.idempotency_key,
+            state=only.state,
+            deduplicated=submitted.deduplicated,
+        )
+
+    # --- reading ---------------------------------------------------------------------------
+
+    async def GetTask(
+        self, request: pb.GetTaskRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetTaskResponse:
+        tenant = caller(context).tenant
+        if not 0 <= request.wait_ms <= MAX_WAIT_MS:
+            raise errors.invalid("wait_ms", f"0 to {MAX_WAIT_MS} milliseconds")
+        if request.wait_ms:
+            await self._wait_for_change(
+                tenant, request.task_id, request.known_version, request.wait_ms
+            )
+        found = await asyncio.to_thread(self._store.get_task, tenant, request.task_id)
+        if found is None:
+            raise _task_not_found(request.task_id)
+        task, actions = found
+        return pb.GetTaskResponse(
+            task=convert.task_to_pb(task, actions),
+            partial_failures=convert.reported_failures(actions),
+        )
+
+    async def _wait_for_change(self, tenant: str, task_id: str, known: int, wait_ms: int) -> None:
+        """Returns when the task's version differs from ``known`` (or from its version now),
+        when it is finished, or when ``wait_ms`` has passed. Reads the store, so a change
+        made by any reach process ends the wait."""
+        deadline = time.monotonic() + wait_ms / 1000
+        first = await asyncio.to_thread(self._store.task_version, tenant, task_id)
+        if first is None:
+            return  # the caller gets the not-found answer at once
+        version, state = first
+        baseline = known or version
+        while version == baseline and state not in st.TASK_FINAL:
+            if time.monotonic() >= deadline:
+                return
+            await asyncio.sleep(WAIT_STEP_SECONDS)
+            current = await asyncio.to_thread(self._store.task_version, tenant, task_id)
+            if current is None:
+                return
+            version, state = current
+
+    async def ListTasks(
+        self, request: pb.ListTasksRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListTasksResponse:
+        tenant = caller(context).tenant
+        size = names.page_size(request.page_size)
+        before = paging.decode_token(request.page_token)
+        state = convert.TASK_STATE_NAMES.get(request.state, "")
+        if request.state and not state:
+            raise errors.invalid("state", "a TaskState value")
+        rows = await asyncio.to_thread(
+            self._store.list_tasks,
+            tenant,
+            state,
+            request.channel[:64],
+            request.entity_id[:256],
+            size + 1,
+            before,
+        )
+        page = rows[:size]
+        token = paging.encode_token(page[-1][0].task_id) if len(rows) > size else ""
+        return pb.ListTasksResponse(
+            tasks=[convert.task_to_pb(t, a) for t, a in page], next_page_token=token
+        )
+
+    async def GetAction(
+        self, request: pb.GetActionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetActionResponse:
+        found = await asyncio.to_thread(
+            self._store.get_action, caller(context).tenant, request.action_id
+        )
+        if found is None:
+            raise _action_not_found(request.action_id)
+        row, receipts, history = found
+        failures = convert.reported_failures([row])
+        return pb.GetActionResponse(
+            action=convert.action_to_pb(row, receipts, history), partial_failures=failures
+        )
+
+    async def ListChannels(
+        self, request: pb.ListChannelsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListChannelsResponse:
+        who = caller(context)
+        response = pb.ListChannelsResponse()
+        for name, cfg in sorted(self._config.channels.items()):
+            if not who.may_reach(name):
+                continue
+            channel = self._channels[name]
+            response.channels.add(
+                name=name,
+                kind=cfg.kind,
+                description=cfg.description,
+                side_effect=cfg.side_effect,
+                action_types=cfg.action_types,
+                parameters_schema=convert.struct(dict(cfg.rules.schema)),
+                rules=cfg.rules.rule_messages,
+                idempotent=cfg.idempotent,
+                honours_idempotency_key=channel.honours_idempotency_key,
+                can_poll=channel.can_poll,
+                can_cancel=channel.can_cancel,
+                send_rate_per_second=cfg.send_rate_per_second,
+                breaker_state=self._breakers[name].state,
+            )
+        return response
+
+    # --- changing --------------------------------------------------------------------------
+
+    async def CancelAction(
+        self, request: pb.CancelActionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CancelActionResponse:
+        who = caller(context)
+        found = await asyncio.to_thread(self._store.get_action, who.tenant, request.action_id)
+        if found is None:
+            raise _action_not_found(request.action_id)
+        row = found[0]
+        cancelled = _cancel_change("cancelled_by_caller", who.key_id)
+        if row.state == st.CANCELLED:
+            return await self._cancel_answer(who.tenant, row.action_id, True, None)
+        if row.state in st.FINAL:
+            reason = errors.make_failure(
+                errors.ACTION_ALREADY_FINISHED,
+                f"the action already finished as {row.state}",
+                action_id=row.action_id,
+                structured_data={"state": row.state},
+            )
+            return await self._cancel_answer(who.tenant, row.action_id, False, reason)
+        if row.state in _UNSENT:
+            done = await asyncio.to_thread(
+                self._store.settle_unleased, who.tenant, row.action_id, _UNSENT, cancelled
+            )
+            if done.applied:
+                return await self._cancel_answer(who.tenant, row.action_id, True, None)
+            return await self._cancel_answer(
+                who.tenant, row.action_id, False, _in_flight(row.action_id)
+            )
+        if row.state == st.SUBMITTING:
+            return await self._cancel_answer(
+                who.tenant, row.action_id, False, _in_flight(row.action_id)
+            )
+        channel = self._channels.get(row.channel)
+        accepted = False
+        if channel is not None and channel.can_cancel and row.external_id:
+            outgoing = Outgoing(
+                row.action_id,
+                row.idem_key,
+                row.action_type,
+                json.loads(row.params_json),
+                "",
+                row.tenant,
+                "",
+            )
+            accepted = await channel.cancel(outgoing, row.external_id)
+        if not accepted:
+            reason = errors.make_failure(
+                errors.CANCEL_NOT_SUPPORTED,
+                "the action was already sent and its receiver did not cancel it",
+                action_id=row.action_id,
+                structured_data={
+                    "state": row.state,
+                    "channel_can_cancel": bool(channel and channel.can_cancel),
+                },
+            )
+            return await self._cancel_answer(who.tenant, row.action_id, False, reason)
+        cancelled.reason = "cancelled_at_receiver"
+        done = await asyncio.to_thread(
+            self._store.settle_unleased, who.tenant, row.action_id, _SENT_OPEN, cancelled
+        )
+        reason = None if done.applied else _in_flight(row.action_id)
+        return await self._cancel_answer(who.tenant, row.action_id, done.applied, reason)
+
+    async def _cancel_answer(
+        self,
+        tenant: str,
+        action_id: str,
+        cancelled: bool,
+        reason: pf_pb2.PartialFailure | None,
+    ) -> pb.CancelActionResponse:
+        found = await asyncio.to_thread(self._store.get_action, tenant, action_id)
+        assert found is not None
+        response = pb.CancelActionResponse(
+            action=convert.action_to_pb(found[0]), cancelled=cancelled
+        )
+        if reason is not None:
+            response.partial_failures.append(reason)
+        return response
+
+    async def ResolveAction(
+        self, request: pb.ResolveActionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ResolveActionResponse:
+        who = caller(context)
+        if request.outcome not in (pb.RESOLUTION_SUCCEEDED, pb.RESOLUTION_FAILED):
+            raise errors.invalid("outcome", "RESOLUTION_SUCCEEDED or RESOLUTION_FAILED")
+        note = request.note.strip()
+        if not 1 <= len(note) <= MAX_NOTE:
+            raise errors.invalid("note", f"1 to {MAX_NOTE} characters: what was checked")
+        found = await asyncio.to_thread(self._store.get_action, who.tenant, request.action_id)
+        if found is None:
+            raise _action_not_found(request.action_id)
+        row = found[0]
+        if row.state not in st.RESOLVABLE:
+            raise errors.ReachstoreError(
+                errors.ACTION_NOT_RESOLVABLE,
+                f"the action is {row.state}; only unknown or needs_review can be resolved",
+                structured_data={"state": row.state, "action_id": row.action_id},
+            )
+        succeeded = request.outcome == pb.RESOLUTION_SUCCEEDED
+        outcome = "succeeded" if succeeded else "failed"
+        change = Change(
+            st.SUCCEEDED if succeeded else st.FAILED,
+            f"resolved_{outcome}",
+            {"note": note, "resolved_by": who.key_id},
+            resolution={
+                "outcome": outcome,
+                "note": note,
+                "resolved_by": who.key_id,
+                "resolved_at": rfc3339(dt.datetime.now(dt.UTC)),
+            },
+        )
+        if not succeeded:
+            change.failure = {
+                "code": errors.RESOLVED_FAILED.code,
+                "message": f"resolved as failed: {note[:200]}",
+                "data": {"final": True},
+            }
+            change.failure_kind = row.failure_kind or "technical"
+        done = await asyncio.to_thread(
+            self._store.settle_unleased, who.tenant, row.action_id, tuple(st.RESOLVABLE), change
+        )
+        if not done.applied:
+            raise errors.ReachstoreError(
+                errors.ACTION_IN_FLIGHT,
+                "the action is being looked up right now; resolve it again in a moment",
+                structured_data={"action_id": row.action_id},
+            )
+        after = await asyncio.to_thread(self._store.get_action, who.tenant, row.action_id)
+        assert after is not None
+        return pb.ResolveActionResponse(action=convert.action_to_pb(*after))
+
+
+def _cancel_change(reason: str, by: str) -> Change:
+    return Change(
+        st.CANCELLED,
+        reason,
+        {"by": by},
+        failure={
+            "code": errors.ACTION_CANCELLED.code,
+            "message": "cancelled on request",
+            "data": {"final": True},
+        },
+        failure_kind="business",
+    )
+
+
+def _in_flight(action_id: str) -> pf_pb2.PartialFailure:
+    return errors.make_failure(
+        errors.ACTION_IN_FLIGHT,
+        "the action is being sent or looked up right now; try again in a moment",
+        action_id=action_id,
+    )
+
+
+def _task_not_found(task_id: str) -> errors.ReachstoreError:
+    return errors.ReachstoreError(
+        errors.REACH_TASK_NOT_FOUND, structured_data={"task_id": task_id[:64]}
+    )
+
+
+def _action_not_found(action_id: str) -> errors.ReachstoreError:
+    return errors.ReachstoreError(
+        errors.ACTION_NOT_FOUND, structured_data={"action_id": action_id[:64]}
+    )

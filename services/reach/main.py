@@ -1,0 +1,94 @@
+"""Composition root of the reach service: `python -m services.reach.main`.
+
+One process serves ReachService and runs an executor that works the durable queue in the
+store; any number of such processes may run against one database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+
+from reachstore.reach.v1 import reach_service_pb2, reach_service_pb2_grpc
+from services.common import logs, pii
+from services.common.config import Settings
+from services.common.limits import RequestLimiter
+from services.common.runner import serve
+from services.reach.api.servicer import ReachServicer
+from services.reach.channels import build_channel
+from services.reach.channels.base import SNIPPET_CHARS, Channel
+from services.reach.config import ReachConfig, load_config
+from services.reach.executor import Executor
+from services.reach.metrics import ReachMetrics
+from services.reach.store import ReachStore
+from services.storage.engine import init_schema, make_engine, make_sessions
+from services.storage.keys import authenticator_for
+
+SERVICE = reach_service_pb2.DESCRIPTOR.services_by_name["ReachService"]
+
+log = logging.getLogger(__name__)
+
+
+def build_channels(config: ReachConfig) -> dict[str, Channel]:
+    return {
+        name: build_channel(cfg.kind, cfg.options, f"channels.{name}.{cfg.kind}", os.environ)
+        for name, cfg in config.channels.items()
+    }
+
+
+async def _run(settings: Settings, config: ReachConfig, channels: dict[str, Channel]) -> None:
+    engine = make_engine(settings.database_url)
+    init_schema(engine)
+    sessions = make_sessions(engine)
+    store = ReachStore(sessions)
+    masker = pii.masker_from_env(os.environ)
+
+    def mask(text: str) -> str:
+        return masker.bounded(text, SNIPPET_CHARS)
+
+    metrics = ReachMetrics()
+    metrics.count_states_from(store.count_by_state)
+    if settings.metrics_listen:
+        metrics.serve(settings.metrics_listen)
+    executor = Executor(store, config, channels, mask, metrics, settings.worker_id)
+    for channel in channels.values():
+        await channel.start()
+    stop = asyncio.Event()
+    running = asyncio.create_task(executor.run(stop))
+    servicer = ReachServicer(store, config, channels, executor.breakers, executor.wake)
+
+    async def wind_down() -> None:
+        stop.set()
+        await running
+        for channel in channels.values():
+            await channel.close()
+
+    await serve(
+        "reach",
+        [
+            lambda server: reach_service_pb2_grpc.add_ReachServiceServicer_to_server(
+                servicer, server
+            )
+        ],
+        [SERVICE.full_name],
+        settings.listen,
+        before_stop=wind_down,
+        on_stop=engine.dispose,
+        authenticator=authenticator_for(sessions, [SERVICE], settings.require_keys),
+        limiter=RequestLimiter(settings.limits),
+    )
+
+
+def main() -> None:
+    settings = Settings.from_env(default_listen="127.0.0.1:50053")
+    logs.configure("reach", settings.log_level)
+    # Bad configuration stops the process before it serves anything (`up` reports it).
+    config = load_config(settings.reach_config)
+    channels = build_channels(config)
+    log.info("reach: %d channel(s) configured: %s", len(channels), ", ".join(sorted(channels)))
+    asyncio.run(_run(settings, config, channels))
+
+
+if __name__ == "__main__":
+    main()

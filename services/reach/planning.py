@@ -1,0 +1,327 @@
+"""From a submitted task to a ``TaskPlan``: every check, all or nothing, no side effect.
+
+A task is accepted whole or refused whole. Every action is checked (so the caller learns
+about all offending actions at once, one detail each): the channel is configured and on
+the key's allow-list; the action type is one of the channel's; the parameters fit the
+channel's JSON Schema, its CEL rules and the channel's own validate; dependencies name
+actions of the same task without cycles. Then each action gets its idempotency key.
+``validate_only`` stops here, so it runs exactly the checks a real submit runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+import json
+import re
+import secrets
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from services.common import errors, names
+from services.common.auth import Caller
+from services.reach.channels.base import Channel, InvalidParams, Outgoing
+from services.reach.config import ReachConfig
+from services.reach.idempotency import build_key
+from services.reach.store import ActionPlan, TaskPlan
+
+MAX_ACTIONS = 50
+MAX_PARAMS_BYTES = 64 * 1024
+MAX_TEXT = 128
+MAX_DETAILS = 50
+_TRACE_RE = re.compile(r"[0-9a-f]{32}")
+_TRACEPARENT_RE = re.compile(r"[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ActionSpec:
+    """One submitted action, decoded from the request."""
+
+    name: str
+    channel: str
+    action_type: str
+    params: dict[str, Any]
+    depends_on: tuple[str, ...]
+    required: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskSpec:
+    entity_id: str
+    idempotency_key: str
+    logical_time: str
+    trace_id: str
+    actions: tuple[ActionSpec, ...]
+
+
+@dataclasses.dataclass
+class _Problem:
+    index: int
+    name: str
+    field: str
+    rule: str
+    permission: bool = False
+
+
+def plan_task(
+    spec: TaskSpec,
+    caller: Caller,
+    config: ReachConfig,
+    channels: Mapping[str, Channel],
+    metadata_trace: str,
+    now: dt.datetime,
+) -> TaskPlan:
+    """The reservable plan, or a ``ReachstoreError`` naming every problem."""
+    entity = _printable("entity_id", spec.entity_id, required=True)
+    caller_key = _printable("idempotency_key", spec.idempotency_key, required=False)
+    logical_time = _logical_time(spec.logical_time, now)
+    trace_id = _trace_id(spec.trace_id, metadata_trace)
+    if not spec.actions:
+        raise errors.invalid("actions", f"list 1 to {MAX_ACTIONS} actions")
+    if len(spec.actions) > MAX_ACTIONS:
+        raise errors.over_limit(
+            errors.INVALID_ARGUMENT, "actions", "actions", MAX_ACTIONS, len(spec.actions)
+        )
+    problems: list[_Problem] = []
+    _check_graph(spec.actions, problems)
+    plans: list[ActionPlan] = []
+    seen_keys: dict[str, str] = {}
+    for i, action in enumerate(spec.actions):
+        before = len(problems)
+        _check_action(i, action, caller, entity, config, channels, problems)
+        if len(problems) > before:
+            continue
+        cfg = config.channels[action.channel]
+        key = build_key(
+            caller.tenant,
+            entity,
+            action.action_type,
+            action.params,
+            cfg.idempotency_params,
+            logical_time,
+            cfg.window,
+        )
+        text = str(key)
+        if text in seen_keys:
+            problems.append(
+                _Problem(
+                    i,
+                    action.name,
+                    "",
+                    f"repeats action {seen_keys[text]!r} (same type and key parameters)",
+                )
+            )
+            continue
+        seen_keys[text] = action.name
+        plans.append(
+            ActionPlan(
+                action.name,
+                action.channel,
+                action.action_type,
+                action.params,
+                action.depends_on,
+                action.required,
+                text,
+                key.window,
+            )
+        )
+    if problems:
+        raise _rejection(problems)
+    return TaskPlan(
+        tenant=caller.tenant,
+        entity_id=entity,
+        caller_key=caller_key or None,
+        request_digest=_digest(spec),
+        logical_time=logical_time,
+        trace_id=trace_id,
+        submitted_by=caller.key_id,
+        actions=tuple(plans),
+    )
+
+
+def trace_from_metadata(metadata: Sequence[tuple[str, str | bytes]]) -> str:
+    """The caller's trace id: W3C ``traceparent``, else ``x-trace-id``, else empty."""
+    values = {k: v if isinstance(v, str) else v.decode("latin-1") for k, v in metadata}
+    match = _TRACEPARENT_RE.fullmatch(values.get("traceparent", "").strip())
+    if match:
+        return match.group(1)
+    candidate = values.get("x-trace-id", "").strip().lower()
+    return candidate if _TRACE_RE.fullmatch(candidate) else ""
+
+
+def _check_action(
+    i: int,
+    action: ActionSpec,
+    caller: Caller,
+    entity: str,
+    config: ReachConfig,
+    channels: Mapping[str, Channel],
+    problems: list[_Problem],
+) -> None:
+    where = f"actions[{i}]"
+    if not names.is_namespace_name(action.name):
+        problems.append(
+            _Problem(i, action.name, f"{where}.name", f"must be {names.NAMESPACE_RULE}")
+        )
+    cfg = config.channels.get(action.channel)
+    channel = channels.get(action.channel)
+    # An unknown channel and one outside the key's allow-list answer alike: a key learns
+    # nothing about channels it may not use.
+    if cfg is None or channel is None or not caller.may_reach(action.channel):
+        problems.append(
+            _Problem(
+                i,
+                action.name,
+                f"{where}.channel",
+                f"channel {action.channel[:64]!r} is not available to this key; "
+                "ListChannels shows the usable ones",
+                permission=True,
+            )
+        )
+        return
+    if action.action_type not in cfg.action_types:
+        problems.append(
+            _Problem(
+                i,
+                action.name,
+                f"{where}.action_type",
+                f"must be one of {', '.join(cfg.action_types)}",
+            )
+        )
+        return
+    size = len(json.dumps(action.params, ensure_ascii=False).encode())
+    if size > MAX_PARAMS_BYTES:
+        problems.append(
+            _Problem(i, action.name, f"{where}.params", f"at most {MAX_PARAMS_BYTES} bytes of JSON")
+        )
+        return
+    violations = cfg.rules.check(
+        action.params,
+        {"tenant": caller.tenant, "key_id": caller.key_id, "groups": list(caller.groups)},
+        {"type": action.action_type, "entity_id": entity, "name": action.name},
+    )
+    for v in violations:
+        field = f"{where}.params" + (f".{v.field}" if v.field else "")
+        problems.append(_Problem(i, action.name, field, v.rule))
+    if violations:
+        return
+    try:
+        channel.validate(
+            Outgoing("", "", action.action_type, action.params, "", caller.tenant, entity)
+        )
+    except InvalidParams as exc:
+        field = f"{where}.params" + (f".{exc.field}" if exc.field else "")
+        problems.append(_Problem(i, action.name, field, exc.rule))
+
+
+def _check_graph(actions: Sequence[ActionSpec], problems: list[_Problem]) -> None:
+    """Dependencies must name other actions of the task, once each, without cycles."""
+    index: dict[str, int] = {}
+    for i, action in enumerate(actions):
+        if action.name in index:
+            problems.append(
+                _Problem(i, action.name, f"actions[{i}].name", "names must be unique in a task")
+            )
+        index.setdefault(action.name, i)
+    for i, action in enumerate(actions):
+        if len(set(action.depends_on)) != len(action.depends_on):
+            problems.append(
+                _Problem(i, action.name, f"actions[{i}].depends_on", "lists a name twice")
+            )
+        for dep in action.depends_on:
+            if dep == action.name or dep not in index:
+                problems.append(
+                    _Problem(
+                        i,
+                        action.name,
+                        f"actions[{i}].depends_on",
+                        f"{dep[:64]!r} is not another action of this task",
+                    )
+                )
+    if problems:
+        return
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    graph = {a.name: a.depends_on for a in actions}
+
+    def visit(name: str) -> bool:
+        state[name] = 1
+        for dep in graph[name]:
+            if state.get(dep) == 1 or (dep not in state and visit(dep)):
+                return True
+        state[name] = 2
+        return False
+
+    for action in actions:
+        if action.name not in state and visit(action.name):
+            i = index[action.name]
+            problems.append(
+                _Problem(i, action.name, f"actions[{i}].depends_on", "dependencies form a cycle")
+            )
+            return
+
+
+def _rejection(problems: list[_Problem]) -> errors.ReachstoreError:
+    permission = [p for p in problems if p.permission]
+    spec = errors.CHANNEL_NOT_ALLOWED if permission else errors.PARAMS_REJECTED
+    shown = (permission or problems)[:MAX_DETAILS]
+    details = [
+        errors.make_failure(
+            spec,
+            f"{p.field or p.name}: {p.rule}",
+            batch_index=p.index,
+            structured_data={"action": p.name, "field": p.field, "rule": p.rule},
+        )
+        for p in shown
+    ]
+    first = shown[0]
+    return errors.ReachstoreError(
+        spec,
+        f"{len(shown)} problem(s) in the task's actions; the first: {first.field}: {first.rule}",
+        field=first.field or None,
+        structured_data={"problems": len(problems)},
+        details=details,
+    )
+
+
+def _printable(field: str, value: str, required: bool) -> str:
+    if not value:
+        if required:
+            raise errors.invalid(field, f"required: 1 to {MAX_TEXT} printable characters")
+        return ""
+    if len(value) > MAX_TEXT or not value.isprintable():
+        raise errors.invalid(field, f"1 to {MAX_TEXT} printable characters")
+    return value
+
+
+def _logical_time(text: str, now: dt.datetime) -> dt.datetime:
+    if not text:
+        return now
+    try:
+        value = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise errors.invalid(
+            "logical_time", "an RFC 3339 time with an offset, e.g. 2026-11-30T09:00:00Z"
+        ) from None
+    if value.tzinfo is None:
+        raise errors.invalid("logical_time", "needs an offset (Z or ±hh:mm)")
+    return value.astimezone(dt.UTC)
+
+
+def _trace_id(given: str, from_metadata: str) -> str:
+    if given:
+        if not _TRACE_RE.fullmatch(given):
+            raise errors.invalid("trace_id", "32 lowercase hex characters (a W3C trace id)")
+        return given
+    return from_metadata or secrets.token_hex(16)
+
+
+def _digest(spec: TaskSpec) -> str:
+    """What a reused caller key must match: the task's content, not its trace id."""
+    content = {
+        "entity_id": spec.entity_id,
+        "logical_time": spec.logical_time,
+        "actions": [dataclasses.asdict(a) for a in spec.actions],
+    }
+    canonical = json.dumps(content, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()

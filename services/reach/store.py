@@ -1,0 +1,690 @@
+"""The reach tables' only reader and writer: reservation, the work queue, state changes.
+
+Three rules hold everything together:
+
+- Reserve before execute. A task's actions are inserted in one transaction under a unique
+  (tenant, idempotency key) index; a duplicate — sequential or concurrent, from any process —
+  finds the existing rows instead of making new ones.
+- Every worker write is fenced by its lease. ``claim`` stamps due rows with a fresh lease
+  token in a single UPDATE (with ``FOR UPDATE SKIP LOCKED`` on PostgreSQL), and ``settle``
+  only changes a row that still carries that token, so a worker that lost its lease (it
+  stalled past the lease, another took over) cannot overwrite newer news.
+- One transaction per change: the action row, its history entry, its receipt, the
+  consequences for dependent actions, the task's state and version, and any alert.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import secrets
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import exists, func, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
+from services.common import errors
+from services.reach import states as st
+from services.storage.models import utcnow
+from services.storage.reach_models import (
+    ReachActionRow,
+    ReachAlertRow,
+    ReachHistoryRow,
+    ReachReceiptRow,
+    ReachTaskRow,
+)
+
+
+def new_id() -> str:
+    """32 hex characters that sort by creation time (milliseconds, then randomness), so
+    listing newest first is an index scan and page tokens are plain ids."""
+    return f"{int(time.time() * 1000):012x}{secrets.token_hex(10)}"
+
+
+@dataclasses.dataclass(frozen=True)
+class ActionPlan:
+    name: str
+    channel: str
+    action_type: str
+    params: dict[str, Any]
+    depends_on: tuple[str, ...]
+    required: bool
+    idem_key: str
+    window: str
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskPlan:
+    """A validated task, ready to be reserved."""
+
+    tenant: str
+    entity_id: str
+    caller_key: str | None
+    request_digest: str
+    logical_time: dt.datetime
+    trace_id: str
+    submitted_by: str
+    actions: tuple[ActionPlan, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    """A due action held by one worker under ``lease``."""
+
+    action_id: str
+    task_id: str
+    tenant: str
+    entity_id: str
+    trace_id: str
+    channel: str
+    action_type: str
+    params: dict[str, Any]
+    idem_key: str
+    state: str
+    attempts: int
+    rate_limited: int
+    unknown_polls: int
+    external_id: str
+    first_sent_at: float | None
+    accepted_at: float | None
+    created_at: float
+    lease: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Receipt:
+    attempt: int
+    operation: str  # submit | poll | cancel
+    outcome: str
+    external_id: str = ""
+    status_code: int = 0
+    snippet: str = ""  # masked and bounded by the caller
+    duration_ms: int = 0
+
+
+@dataclasses.dataclass
+class Change:
+    """What a worker (or an operator) learnt about an action."""
+
+    to_state: str
+    reason: str
+    details: dict[str, Any] = dataclasses.field(default_factory=dict)
+    next_at: float | None = None
+    external_id: str | None = None
+    failure: dict[str, Any] | None = None  # code, message, retry_after_ms, data
+    failure_kind: str = ""
+    receipt: Receipt | None = None
+    add_attempt: bool = False
+    add_rate_limited: bool = False
+    add_poll: bool = False
+    add_unknown_poll: bool = False
+    accepted_at: float | None = None
+    resolution: dict[str, Any] | None = None
+    keep_lease: bool = False  # the worker goes on with the action (e.g. after marking it sent)
+
+
+@dataclasses.dataclass(frozen=True)
+class Reserved:
+    task: ReachTaskRow
+    actions: list[ReachActionRow]
+    deduplicated: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Settled:
+    """What ``settle`` did: whether the fence held, and alerts it raised."""
+
+    applied: bool
+    task_state: str = ""
+    alerts: tuple[int, ...] = ()
+
+
+class ReachStore:
+    def __init__(self, sessions: sessionmaker[Session]) -> None:
+        self._sessions = sessions
+
+    # --- reservation -----------------------------------------------------------------------
+
+    def reserve(self, plan: TaskPlan) -> Reserved:
+        """Inserts the task and its actions, or returns the identical task reserved before.
+
+        A caller key reused with other content, or an action key held by another task, is
+        a ``ReachstoreError``. Two racing reservations of the same task both return it.
+        """
+        for _ in range(3):
+            with self._sessions.begin() as session:
+                found = self._existing(session, plan)
+                if found is not None:
+                    return found
+            try:
+                return self._insert(plan)
+            except IntegrityError:
+                continue  # a concurrent reservation won the unique index; read what it wrote
+        raise errors.ReachstoreError(errors.INTERNAL, "reservation kept conflicting")
+
+    def _existing(self, session: Session, plan: TaskPlan) -> Reserved | None:
+        if plan.caller_key is not None:
+            task = session.scalar(
+                select(ReachTaskRow).where(
+                    ReachTaskRow.tenant == plan.tenant, ReachTaskRow.caller_key == plan.caller_key
+                )
+            )
+            if task is not None:
+                if task.request_digest != plan.request_digest:
+                    raise errors.ReachstoreError(
+                        errors.IDEMPOTENCY_KEY_REUSED,
+                        "idempotency_key: already used for a task with different content",
+                        field="idempotency_key",
+                        structured_data={"task_id": task.task_id},
+                    )
+                return Reserved(task, self._actions_of(session, task.task_id), True)
+        keys = [a.idem_key for a in plan.actions]
+        held = session.scalars(
+            select(ReachActionRow).where(
+                ReachActionRow.tenant == plan.tenant, ReachActionRow.idem_key.in_(keys)
+            )
+        ).all()
+        if not held:
+            return None
+        task_ids = {row.task_id for row in held}
+        if len(task_ids) == 1:
+            task_id = next(iter(task_ids))
+            actions = self._actions_of(session, task_id)
+            if sorted(a.idem_key for a in actions) == sorted(keys):
+                task = session.get(ReachTaskRow, task_id)
+                assert task is not None
+                return Reserved(task, actions, True)
+        by_key = {row.idem_key: row for row in held}
+        raise errors.ReachstoreError(
+            errors.ACTION_ALREADY_RESERVED,
+            f"{len(held)} action(s) of this task were reserved before by another task",
+            structured_data={
+                "actions": [
+                    {
+                        "name": a.name,
+                        "idempotency_key": a.idem_key,
+                        "reserved_action_id": by_key[a.idem_key].action_id,
+                        "reserved_task_id": by_key[a.idem_key].task_id,
+                    }
+                    for a in plan.actions
+                    if a.idem_key in by_key
+                ]
+            },
+        )
+
+    def _insert(self, plan: TaskPlan) -> Reserved:
+        now = utcnow()
+        due = time.time()
+        task = ReachTaskRow(
+            task_id=new_id(),
+            tenant=plan.tenant,
+            entity_id=plan.entity_id,
+            caller_key=plan.caller_key,
+            request_digest=plan.request_digest,
+            logical_time=plan.logical_time,
+            trace_id=plan.trace_id,
+            submitted_by=plan.submitted_by,
+            state=st.TASK_PENDING,
+            version=1,
+            created_at=now,
+            updated_at=now,
+        )
+        actions = [
+            ReachActionRow(
+                action_id=new_id(),
+                task_id=task.task_id,
+                tenant=plan.tenant,
+                position=i,
+                name=a.name,
+                channel=a.channel,
+                action_type=a.action_type,
+                params_json=json.dumps(a.params, ensure_ascii=False, sort_keys=True),
+                depends_on_json=json.dumps(list(a.depends_on)),
+                required=a.required,
+                idem_key=a.idem_key,
+                window=a.window,
+                state=st.BLOCKED if a.depends_on else st.READY,
+                next_at=None if a.depends_on else due,
+                lease_owner="",
+                created_at=now,
+                updated_at=now,
+            )
+            for i, a in enumerate(plan.actions)
+        ]
+        with self._sessions.begin() as session:
+            session.add(task)
+            session.flush()  # the task row first: actions reference it
+            session.add_all(actions)
+            session.flush()
+            for row in actions:
+                _history(session, row, "", row.state, "reserved", {}, now)
+        return Reserved(task, actions, False)
+
+    # --- reads -----------------------------------------------------------------------------
+
+    @staticmethod
+    def _actions_of(session: Session, task_id: str) -> list[ReachActionRow]:
+        return list(
+            session.scalars(
+                select(ReachActionRow)
+                .where(ReachActionRow.task_id == task_id)
+                .order_by(ReachActionRow.position)
+            )
+        )
+
+    def get_task(
+        self, tenant: str, task_id: str
+    ) -> tuple[ReachTaskRow, list[ReachActionRow]] | None:
+        with self._sessions() as session:
+            task = session.get(ReachTaskRow, task_id)
+            if task is None or task.tenant != tenant:
+                return None
+            return task, self._actions_of(session, task_id)
+
+    def task_version(self, tenant: str, task_id: str) -> tuple[int, str] | None:
+        with self._sessions() as session:
+            row = session.execute(
+                select(ReachTaskRow.version, ReachTaskRow.state).where(
+                    ReachTaskRow.task_id == task_id, ReachTaskRow.tenant == tenant
+                )
+            ).first()
+            return None if row is None else (row[0], row[1])
+
+    def list_tasks(
+        self,
+        tenant: str,
+        state: str,
+        channel: str,
+        entity_id: str,
+        limit: int,
+        before: str | None,
+    ) -> list[tuple[ReachTaskRow, list[ReachActionRow]]]:
+        """Newest first; ``before`` is the last task id of the previous page."""
+        with self._sessions() as session:
+            stmt = select(ReachTaskRow).where(ReachTaskRow.tenant == tenant)
+            if state:
+                stmt = stmt.where(ReachTaskRow.state == state)
+            if entity_id:
+                stmt = stmt.where(ReachTaskRow.entity_id == entity_id)
+            if channel:
+                stmt = stmt.where(
+                    exists().where(
+                        ReachActionRow.task_id == ReachTaskRow.task_id,
+                        ReachActionRow.channel == channel,
+                    )
+                )
+            if before is not None:
+                stmt = stmt.where(ReachTaskRow.task_id < before)
+            tasks = list(session.scalars(stmt.order_by(ReachTaskRow.task_id.desc()).limit(limit)))
+            if not tasks:
+                return []
+            rows = session.scalars(
+                select(ReachActionRow)
+                .where(ReachActionRow.task_id.in_([t.task_id for t in tasks]))
+                .order_by(ReachActionRow.position)
+            )
+            by_task: dict[str, list[ReachActionRow]] = {}
+            for row in rows:
+                by_task.setdefault(row.task_id, []).append(row)
+            return [(t, by_task.get(t.task_id, [])) for t in tasks]
+
+    def get_action(
+        self, tenant: str, action_id: str
+    ) -> tuple[ReachActionRow, list[ReachReceiptRow], list[ReachHistoryRow]] | None:
+        with self._sessions() as session:
+            row = session.get(ReachActionRow, action_id)
+            if row is None or row.tenant != tenant:
+                return None
+            receipts = list(
+                session.scalars(
+                    select(ReachReceiptRow)
+                    .where(ReachReceiptRow.action_id == action_id)
+                    .order_by(ReachReceiptRow.id)
+                )
+            )
+            history = list(
+                session.scalars(
+                    select(ReachHistoryRow)
+                    .where(ReachHistoryRow.action_id == action_id)
+                    .order_by(ReachHistoryRow.id)
+                )
+            )
+            return row, receipts, history
+
+    def find_action(self, action_id: str) -> ReachActionRow | None:
+        """Any tenant's action (internal: the executor's cancel path)."""
+        with self._sessions() as session:
+            return session.get(ReachActionRow, action_id)
+
+    def alerts(self, tenant: str | None = None) -> list[ReachAlertRow]:
+        with self._sessions() as session:
+            stmt = select(ReachAlertRow).order_by(ReachAlertRow.id)
+            if tenant is not None:
+                stmt = stmt.where(ReachAlertRow.tenant == tenant)
+            return list(session.scalars(stmt))
+
+    def undelivered_alerts(self, limit: int, max_attempts: int) -> list[ReachAlertRow]:
+        with self._sessions() as session:
+            return list(
+                session.scalars(
+                    select(ReachAlertRow)
+                    .where(
+                        ReachAlertRow.delivered.is_(False),
+                        ReachAlertRow.delivery_attempts < max_attempts,
+                    )
+                    .order_by(ReachAlertRow.id)
+                    .limit(limit)
+                )
+            )
+
+    def mark_alert(self, alert_id: int, delivered: bool, error: str) -> None:
+        with self._sessions.begin() as session:
+            session.execute(
+                update(ReachAlertRow)
+                .where(ReachAlertRow.id == alert_id)
+                .values(
+                    delivered=delivered,
+                    delivery_error=error[:500],
+                    delivery_attempts=ReachAlertRow.delivery_attempts + 1,
+                )
+            )
+
+    def count_by_state(self) -> dict[tuple[str, str], int]:
+        """(channel, state) -> number of actions, for the metrics endpoint."""
+        with self._sessions() as session:
+            rows = session.execute(
+                select(ReachActionRow.channel, ReachActionRow.state, func.count()).group_by(
+                    ReachActionRow.channel, ReachActionRow.state
+                )
+            )
+            return {(c, s): n for c, s, n in rows}
+
+    # --- the work queue --------------------------------------------------------------------
+
+    def claim(self, worker: str, limit: int, now: float, lease_s: float) -> list[Claim]:
+        """Takes up to ``limit`` due actions under a new lease and returns them."""
+        lease = f"{worker}:{secrets.token_hex(6)}"[:64]
+        due = (
+            select(ReachActionRow.action_id)
+            .where(ReachActionRow.state.in_(st.DUE_STATES), ReachActionRow.next_at <= now)
+            .order_by(ReachActionRow.next_at)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+        )
+        with self._sessions.begin() as session:
+            result = session.execute(
+                update(ReachActionRow)
+                .where(ReachActionRow.action_id.in_(due.scalar_subquery()))
+                .values(lease_owner=lease, next_at=now + lease_s)
+                .execution_options(synchronize_session=False)
+            )
+            if not result.rowcount:  # type: ignore[attr-defined]
+                return []
+            rows = session.execute(
+                select(ReachActionRow, ReachTaskRow.entity_id, ReachTaskRow.trace_id)
+                .join(ReachTaskRow, ReachTaskRow.task_id == ReachActionRow.task_id)
+                .where(ReachActionRow.lease_owner == lease)
+            ).all()
+            return [_claim(row, entity, trace, lease) for row, entity, trace in rows]
+
+    def next_due(self) -> float | None:
+        """When the earliest scheduled action is due (to sleep until then)."""
+        with self._sessions() as session:
+            return session.scalar(
+                select(func.min(ReachActionRow.next_at)).where(
+                    ReachActionRow.state.in_(st.DUE_STATES)
+                )
+            )
+
+    def settle(self, claim: Claim, change: Change) -> Settled:
+        """Applies ``change`` if the worker still holds the action's lease."""
+        return self._apply(
+            claim.action_id,
+            change,
+            fence=ReachActionRow.lease_owner == claim.lease,
+            tenant=None,
+        )
+
+    def settle_unleased(
+        self, tenant: str, action_id: str, expected: Sequence[str], change: Change
+    ) -> Settled:
+        """An operator's or a caller's change: applies only while the action is in one of
+        ``expected`` states and no worker holds it."""
+        return self._apply(
+            action_id,
+            change,
+            fence=(ReachActionRow.lease_owner == "") & ReachActionRow.state.in_(expected),
+            tenant=tenant,
+        )
+
+    def _apply(self, action_id: str, change: Change, fence: Any, tenant: str | None) -> Settled:
+        now = utcnow()
+        values: dict[str, Any] = {"state": change.to_state, "updated_at": now}
+        values["next_at"] = change.next_at
+        if not change.keep_lease:
+            values["lease_owner"] = ""
+        if change.external_id is not None:
+            values["external_id"] = change.external_id[:256]
+        if change.failure is not None:
+            values["failure_json"] = json.dumps(change.failure, ensure_ascii=False)
+            values["failure_kind"] = change.failure_kind
+        if change.to_state == st.SUCCEEDED:
+            values["failure_json"] = ""
+            values["failure_kind"] = ""
+        if change.add_attempt:
+            values["attempts"] = ReachActionRow.attempts + 1
+            values["first_sent_at"] = _coalesce_now(ReachActionRow.first_sent_at)
+        if change.add_rate_limited:
+            values["rate_limited"] = ReachActionRow.rate_limited + 1
+        if change.add_poll:
+            values["polls"] = ReachActionRow.polls + 1
+        if change.add_unknown_poll:
+            values["unknown_polls"] = ReachActionRow.unknown_polls + 1
+        if change.accepted_at is not None:
+            values["accepted_at"] = change.accepted_at
+        if change.resolution is not None:
+            values["resolution_json"] = json.dumps(change.resolution, ensure_ascii=False)
+        if change.to_state in st.FINAL:
+            values["finished_at"] = now
+        with self._sessions.begin() as session:
+            where = [ReachActionRow.action_id == action_id, fence]
+            if tenant is not None:
+                where.append(ReachActionRow.tenant == tenant)
+            # Locks the row on PostgreSQL; the fenced UPDATE below keeps SQLite honest.
+            before = session.execute(
+                select(ReachActionRow.state)
+                .where(ReachActionRow.action_id == action_id)
+                .with_for_update()
+            ).scalar()
+            result = session.execute(
+                update(ReachActionRow)
+                .where(*where)
+                .values(**values)
+                .execution_options(synchronize_session=False)
+            )
+            if not result.rowcount:  # type: ignore[attr-defined]
+                return Settled(False)
+            row = session.get(ReachActionRow, action_id, populate_existing=True)
+            assert row is not None and before is not None
+            if before != change.to_state or change.reason not in _QUIET_REASONS:
+                _history(session, row, before, change.to_state, change.reason, change.details, now)
+            if change.receipt is not None:
+                r = change.receipt
+                session.add(
+                    ReachReceiptRow(
+                        tenant=row.tenant,
+                        action_id=action_id,
+                        attempt=r.attempt,
+                        operation=r.operation,
+                        external_id=r.external_id[:256],
+                        status_code=r.status_code,
+                        snippet=r.snippet,
+                        duration_ms=r.duration_ms,
+                        outcome=r.outcome,
+                        created_at=now,
+                    )
+                )
+            alerts: list[ReachAlertRow] = []
+            if change.to_state == st.NEEDS_REVIEW and before != st.NEEDS_REVIEW:
+                alerts.append(_alert(row, "needs_review", f"action {row.name!r} needs review", now))
+            task_state = self._after_action_change(session, row, before, now, alerts)
+            session.add_all(alerts)
+            session.flush()
+            return Settled(True, task_state, tuple(a.id for a in alerts))
+
+    def _after_action_change(
+        self,
+        session: Session,
+        changed: ReachActionRow,
+        before: str,
+        now: dt.datetime,
+        alerts: list[ReachAlertRow],
+    ) -> str:
+        """Unblocks or skips dependants, then re-derives the task's state and version."""
+        actions = self._actions_of(session, changed.task_id)
+        if changed.state != before and (
+            changed.state == st.SUCCEEDED or changed.state in st.DID_NOT_HAPPEN
+        ):
+            _propagate(session, actions, now)
+        task = session.get(ReachTaskRow, changed.task_id, populate_existing=True)
+        assert task is not None
+        new_state = st.task_state((a.state, a.required, a.attempts) for a in actions)
+        if new_state != task.state:
+            if new_state == st.TASK_FAILED:
+                failed = [a.name for a in actions if a.required and a.state in st.DID_NOT_HAPPEN]
+                alerts.append(
+                    _alert(
+                        changed,
+                        "task_failed",
+                        f"task {task.task_id} failed: required action(s) {', '.join(failed)} "
+                        "did not succeed",
+                        now,
+                        action_id=changed.action_id if changed.name in failed else "",
+                    )
+                )
+            if new_state in st.TASK_FINAL and task.finished_at is None:
+                task.finished_at = now
+            task.state = new_state
+        task.version += 1
+        task.updated_at = now
+        return new_state
+
+
+# Reasons that repeat without news (a look-up that still says pending): they update the
+# row but do not add a history entry each time.
+_QUIET_REASONS = frozenset({"still_pending"})
+
+
+def _propagate(session: Session, actions: list[ReachActionRow], now: dt.datetime) -> None:
+    """Readies actions whose dependencies all succeeded; skips, transitively, those with a
+    dependency that did not happen."""
+    by_name = {a.name: a for a in actions}
+    changed = True
+    while changed:
+        changed = False
+        for action in actions:
+            if action.state != st.BLOCKED:
+                continue
+            deps = [by_name[d] for d in json.loads(action.depends_on_json)]
+            lost = [d.name for d in deps if d.state in st.DID_NOT_HAPPEN]
+            if lost:
+                action.state = st.SKIPPED
+                action.next_at = None
+                action.finished_at = now
+                action.updated_at = now
+                action.failure_kind = "technical"
+                action.failure_json = json.dumps(
+                    {
+                        "code": errors.DEPENDENCY_FAILED.code,
+                        "message": f"not run: {', '.join(lost)} did not succeed",
+                        "data": {"dependencies": lost},
+                    }
+                )
+                _history(
+                    session,
+                    action,
+                    st.BLOCKED,
+                    st.SKIPPED,
+                    "dependency_failed",
+                    {"dependencies": lost},
+                    now,
+                )
+                changed = True
+            elif all(d.state == st.SUCCEEDED for d in deps):
+                action.state = st.READY
+                action.next_at = time.time()
+                action.updated_at = now
+                _history(session, action, st.BLOCKED, st.READY, "dependencies_succeeded", {}, now)
+                changed = True
+
+
+def _history(
+    session: Session,
+    row: ReachActionRow,
+    from_state: str,
+    to_state: str,
+    reason: str,
+    details: dict[str, Any],
+    now: dt.datetime,
+) -> None:
+    session.add(
+        ReachHistoryRow(
+            tenant=row.tenant,
+            action_id=row.action_id,
+            at=now,
+            from_state=from_state,
+            to_state=to_state,
+            reason=reason[:48],
+            details_json=json.dumps(details, ensure_ascii=False, default=str),
+        )
+    )
+
+
+def _alert(
+    row: ReachActionRow, kind: str, message: str, now: dt.datetime, action_id: str | None = None
+) -> ReachAlertRow:
+    return ReachAlertRow(
+        tenant=row.tenant,
+        task_id=row.task_id,
+        action_id=row.action_id if action_id is None else action_id,
+        kind=kind,
+        message=message,
+        delivered=False,
+        delivery_attempts=0,
+        delivery_error="",
+        created_at=now,
+    )
+
+
+def _coalesce_now(column: Any) -> Any:
+    return func.coalesce(column, time.time())
+
+
+def _claim(row: ReachActionRow, entity_id: str, trace_id: str, lease: str) -> Claim:
+    created = row.created_at
+    if created.tzinfo is None:
+        created = created.replace(tzinfo=dt.UTC)
+    return Claim(
+        action_id=row.action_id,
+        task_id=row.task_id,
+        tenant=row.tenant,
+        entity_id=entity_id,
+        trace_id=trace_id,
+        channel=row.channel,
+        action_type=row.action_type,
+        params=json.loads(row.params_json),
+        idem_key=row.idem_key,
+        state=row.state,
+        attempts=row.attempts,
+        rate_limited=row.rate_limited,
+        unknown_polls=row.unknown_polls,
+        external_id=row.external_id,
+        first_sent_at=row.first_sent_at,
+        accepted_at=row.accepted_at,
+        created_at=created.timestamp(),
+        lease=lease,
+    )

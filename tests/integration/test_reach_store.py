@@ -1,0 +1,191 @@
+"""The reach store on SQLite and PostgreSQL: reservation under the unique index, claims
+under leases, dependency propagation and task states."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import select
+
+from services.common import errors
+from services.reach import states as st
+from services.reach.store import ActionPlan, Change, ReachStore, TaskPlan
+from services.storage.engine import init_schema, make_engine, make_sessions
+from services.storage.reach_models import ReachHistoryRow
+
+
+@pytest.fixture
+def store(database_url: str) -> Iterator[ReachStore]:
+    engine = make_engine(database_url)
+    init_schema(engine)
+    yield ReachStore(make_sessions(engine))
+    engine.dispose()
+
+
+def _action(name: str, key: str, depends_on: tuple[str, ...] = (), required: bool = True):  # type: ignore[no-untyped-def]
+    return ActionPlan(name, "hook", "notify", {"n": name}, depends_on, required, key, "-")
+
+
+def _plan(
+    *actions: ActionPlan, tenant: str = "t1", caller_key: str | None = None, digest: str = "d1"
+) -> TaskPlan:
+    return TaskPlan(
+        tenant=tenant,
+        entity_id="WO-1",
+        caller_key=caller_key,
+        request_digest=digest,
+        logical_time=dt.datetime(2026, 11, 30, tzinfo=dt.UTC),
+        trace_id="0" * 32,
+        submitted_by="",
+        actions=actions,
+    )
+
+
+def test_a_repeated_task_returns_the_reserved_one(store: ReachStore) -> None:
+    first = store.reserve(_plan(_action("a", "k-a")))
+    again = store.reserve(_plan(_action("a", "k-a")))
+    assert not first.deduplicated and again.deduplicated
+    assert again.task.task_id == first.task.task_id
+    assert [a.action_id for a in again.actions] == [a.action_id for a in first.actions]
+
+
+def test_the_same_key_in_another_tenant_is_another_action(store: ReachStore) -> None:
+    one = store.reserve(_plan(_action("a", "k-a"), tenant="t1"))
+    two = store.reserve(_plan(_action("a", "k-a"), tenant="t2"))
+    assert not two.deduplicated and two.task.task_id != one.task.task_id
+    assert store.get_task("t2", one.task.task_id) is None
+
+
+def test_a_caller_key_with_other_content_is_rejected(store: ReachStore) -> None:
+    store.reserve(_plan(_action("a", "k-a"), caller_key="ck", digest="d1"))
+    with pytest.raises(errors.ReachstoreError) as caught:
+        store.reserve(_plan(_action("b", "k-b"), caller_key="ck", digest="d2"))
+    assert caught.value.code == "IDEMPOTENCY_KEY_REUSED"
+
+
+def test_an_action_key_held_by_another_task_is_named(store: ReachStore) -> None:
+    held = store.reserve(_plan(_action("a", "k-a")))
+    with pytest.raises(errors.ReachstoreError) as caught:
+        store.reserve(_plan(_action("a", "k-a"), _action("b", "k-b")))
+    assert caught.value.code == "ACTION_ALREADY_RESERVED"
+    data = dict(caught.value.failure.structured_data)
+    assert data["actions"][0]["reserved_task_id"] == held.task.task_id
+    # Nothing of the refused task was written.
+    assert len(store.list_tasks("t1", "", "", "", 10, None)) == 1
+
+
+def test_concurrent_duplicates_make_one_task(store: ReachStore) -> None:
+    results = []
+    barrier = threading.Barrier(8)
+
+    def reserve() -> None:
+        barrier.wait()
+        results.append(store.reserve(_plan(_action("a", "k-race"))))
+
+    threads = [threading.Thread(target=reserve) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len({r.task.task_id for r in results}) == 1
+    assert sum(not r.deduplicated for r in results) == 1
+
+
+def test_claims_never_overlap_and_writes_are_fenced_by_the_lease(store: ReachStore) -> None:
+    for i in range(30):
+        store.reserve(_plan(_action("a", f"k-{i}")))
+    now = time.time()
+    seen: list[str] = []
+    lock = threading.Lock()
+
+    def claim(worker: str) -> None:
+        while batch := store.claim(worker, 4, now, 60):
+            with lock:
+                seen.extend(c.action_id for c in batch)
+
+    threads = [threading.Thread(target=claim, args=(f"w{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(seen) == 30 and len(set(seen)) == 30
+    # Nothing is due until the leases run out; then a new owner takes over, and the old
+    # owner's late write is refused.
+    assert store.claim("late", 10, now + 1, 60) == []
+    taken = store.claim("next", 1, now + 61, 60)[0]
+    assert store.settle(taken, Change(st.SUBMITTING, "sending", keep_lease=True)).applied
+    stale = dataclasses.replace(taken, lease="an-earlier-owner")
+    assert not store.settle(stale, Change(st.SUCCEEDED, "receiver_confirmed")).applied
+
+
+def test_dependants_run_after_success_and_are_skipped_after_failure(store: ReachStore) -> None:
+    reserved = store.reserve(
+        _plan(
+            _action("check", "k1"),
+            _action("write", "k2", depends_on=("check",)),
+            _action("notify", "k3", depends_on=("write",)),
+            _action("log", "k4", required=False),
+        )
+    )
+    task_id = reserved.task.task_id
+    states = {a.name: a.state for a in reserved.actions}
+    assert states == {"check": st.READY, "write": st.BLOCKED, "notify": st.BLOCKED, "log": st.READY}
+
+    claims = {c.action_id: c for c in store.claim("w", 10, time.time(), 60)}
+    by_name = {a.name: claims[a.action_id] for a in reserved.actions if a.action_id in claims}
+    store.settle(by_name["check"], Change(st.SUCCEEDED, "receiver_confirmed"))
+    _, actions = store.get_task("t1", task_id)  # type: ignore[misc]
+    assert {a.name: a.state for a in actions}["write"] == st.READY
+
+    write = next(
+        c for c in store.claim("w", 10, time.time(), 60) if c.action_id == actions[1].action_id
+    )
+    result = store.settle(
+        write,
+        Change(
+            st.FAILED,
+            "rejected",
+            failure={"code": "RECEIVER_REJECTED", "message": "no"},
+            failure_kind="business",
+        ),
+    )
+    assert result.task_state == st.TASK_FAILED
+    task, actions = store.get_task("t1", task_id)  # type: ignore[misc]
+    states = {a.name: a.state for a in actions}
+    # The dependant is skipped; the independent branch still waits for its worker.
+    assert states["notify"] == st.SKIPPED and states["log"] == st.READY
+    assert task.state == st.TASK_FAILED
+    kinds = [a.kind for a in store.alerts("t1")]
+    assert kinds == ["task_failed"]
+
+
+def test_every_change_is_in_the_history_and_bumps_the_version(store: ReachStore) -> None:
+    reserved = store.reserve(_plan(_action("a", "k-a")))
+    version = reserved.task.version
+    claim = store.claim("w", 1, time.time(), 60)[0]
+    store.settle(claim, Change(st.SUBMITTING, "sending", keep_lease=True, add_attempt=True))
+    store.settle(claim, Change(st.SUCCEEDED, "receiver_confirmed"))
+    task, actions = store.get_task("t1", reserved.task.task_id)  # type: ignore[misc]
+    assert task.state == st.TASK_SUCCEEDED and task.finished_at is not None
+    assert task.version == version + 2
+    assert actions[0].attempts == 1 and actions[0].first_sent_at is not None
+    with store._sessions() as session:  # noqa: SLF001 - reading the history table directly
+        reasons = list(session.scalars(select(ReachHistoryRow.reason).order_by(ReachHistoryRow.id)))
+    assert reasons == ["reserved", "sending", "receiver_confirmed"]
+
+
+def test_unleased_changes_wait_for_the_worker(store: ReachStore) -> None:
+    reserved = store.reserve(_plan(_action("a", "k-a")))
+    action_id = reserved.actions[0].action_id
+    claim = store.claim("w", 1, time.time(), 60)[0]
+    cancel = Change(st.CANCELLED, "cancelled_by_caller")
+    assert not store.settle_unleased("t1", action_id, (st.READY,), cancel).applied
+    store.settle(claim, Change(st.READY, "breaker_open", next_at=time.time() + 30))
+    assert store.settle_unleased("t1", action_id, (st.READY,), cancel).applied
+    # Another tenant cannot touch it at all.
+    assert not store.settle_unleased("t2", action_id, (st.CANCELLED,), cancel).applied

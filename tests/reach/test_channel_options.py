@@ -1,0 +1,168 @@
+"""Channel settings: every mistake stops the start-up with a message naming the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from services.common.config_errors import ConfigError
+from services.reach.channels import (
+    EmailChannel,
+    EmailOptions,
+    GrpcCallChannel,
+    GrpcOptions,
+    WebhookChannel,
+    WebhookOptions,
+    build_channel,
+)
+
+WHERE = "channels.out"
+ENV = {"TOKEN": "s3cret", "USER": "reach", "PASSWORD": "pw", "EMPTY": ""}
+HOOK = {"url": "https://hooks.example.com/in"}
+MAIL = {"host": "smtp.example.com", "sender": "reach@example.com"}
+RPC = {"target": "tickets.internal:50051", "method": "/peer.v1.Tickets/Assign"}
+
+
+def error(kind: str, table: Any, env: dict[str, str] = ENV) -> str:
+    with pytest.raises(ConfigError) as caught:
+        build_channel(kind, table, WHERE, env)
+    return str(caught.value)
+
+
+def test_each_kind_builds_its_channel_with_the_defaults() -> None:
+    hook = build_channel("webhook", HOOK, WHERE, {})
+    mail = build_channel("email", MAIL, WHERE, {})
+    rpc = build_channel("grpc", RPC, WHERE, {})
+
+    assert isinstance(hook, WebhookChannel) and isinstance(mail, EmailChannel)
+    assert isinstance(rpc, GrpcCallChannel)
+    assert hook.options == WebhookOptions(
+        url=HOOK["url"],
+        token=None,
+        idempotency_header=True,
+        status_url=None,
+        cancel_url=None,
+        connect_timeout_s=3.0,
+        read_timeout_s=8.0,
+        max_body_bytes=65536,
+    )
+    assert mail.options == EmailOptions(
+        host="smtp.example.com",
+        sender="reach@example.com",
+        port=25,
+        starttls=False,
+        timeout_s=8.0,
+        message_id_domain="reachstore.local",
+    )
+    assert rpc.options == GrpcOptions(
+        target=RPC["target"], method=RPC["method"], timeout_s=8.0, idempotency_metadata=False
+    )
+
+
+def test_every_key_is_read() -> None:
+    hook = WebhookOptions.from_table(
+        {
+            **HOOK,
+            "token_env": "TOKEN",
+            "idempotency_header": False,
+            "status_url": "https://hooks.example.com/t/{external_id}",
+            "cancel_url": "https://hooks.example.com/t/{external_id}/cancel",
+            "connect_timeout_s": 1,
+            "read_timeout_s": 2.5,
+            "max_body_bytes": 1024,
+        },
+        WHERE,
+        ENV,
+    )
+    mail = EmailOptions.from_table(
+        {
+            **MAIL,
+            "port": 587,
+            "starttls": True,
+            "username_env": "USER",
+            "password_env": "PASSWORD",
+            "timeout_s": 5,
+            "message_id_domain": "mail.acme.test",
+        },
+        WHERE,
+        ENV,
+    )
+    rpc = GrpcOptions.from_table(
+        {**RPC, "timeout_s": 1.5, "token_env": "TOKEN", "idempotency_metadata": True}, WHERE, ENV
+    )
+
+    assert (hook.token, hook.connect_timeout_s, hook.max_body_bytes) == ("s3cret", 1.0, 1024)
+    assert (mail.username, mail.password, mail.port, mail.starttls) == ("reach", "pw", 587, True)
+    assert (rpc.token, rpc.timeout_s, rpc.idempotency_metadata) == ("s3cret", 1.5, True)
+
+
+def test_secrets_stay_out_of_reprs() -> None:
+    hook = WebhookOptions.from_table({**HOOK, "token_env": "TOKEN"}, WHERE, ENV)
+    mail = EmailOptions.from_table(
+        {**MAIL, "username_env": "USER", "password_env": "PASSWORD"}, WHERE, ENV
+    )
+
+    assert "s3cret" not in repr(hook)
+    assert "pw'" not in repr(mail) and "reach'" not in repr(mail)
+
+
+@pytest.mark.parametrize(
+    ("kind", "table", "expected"),
+    [
+        ("webhook", {**HOOK, "read_timout_s": 2}, f"{WHERE}.read_timout_s: unknown key"),
+        ("email", {**MAIL, "tls": True}, f"{WHERE}.tls: unknown key"),
+        ("grpc", {**RPC, "deadline_s": 1}, f"{WHERE}.deadline_s: unknown key"),
+        ("webhook", {}, f"{WHERE}.url: is required"),
+        ("webhook", {"url": "ftp://files.example.com/x"}, f"{WHERE}.url: must be an http"),
+        ("webhook", {"url": "not a url"}, f"{WHERE}.url:"),
+        ("webhook", {**HOOK, "token_env": "UNSET"}, "token_env: environment variable UNSET is not"),
+        ("webhook", {**HOOK, "token_env": "EMPTY"}, "token_env: environment variable EMPTY is emp"),
+        ("webhook", {**HOOK, "token_env": "s3cret value"}, "token_env: must name an environment"),
+        ("webhook", {**HOOK, "status_url": HOOK["url"]}, "status_url: must contain {external_id}"),
+        ("webhook", {**HOOK, "cancel_url": "/t/{external_id}"}, "cancel_url: must be an http"),
+        ("webhook", {**HOOK, "idempotency_header": "yes"}, "idempotency_header: must be true or"),
+        ("webhook", {**HOOK, "connect_timeout_s": "3"}, "connect_timeout_s: must be a number"),
+        ("webhook", {**HOOK, "read_timeout_s": 0}, "read_timeout_s: must be a positive"),
+        ("webhook", {**HOOK, "read_timeout_s": True}, "read_timeout_s: must be a number"),
+        ("webhook", {**HOOK, "max_body_bytes": 1.5}, "max_body_bytes: must be an integer"),
+        ("email", {"sender": "a@example.com"}, f"{WHERE}.host: is required"),
+        ("email", {"host": "smtp.example.com"}, f"{WHERE}.sender: is required"),
+        ("email", {**MAIL, "sender": "Reach <r@example.com>"}, "sender: must be a plain e-mail"),
+        ("email", {**MAIL, "port": 70000}, "port: must be between 1 and 65535"),
+        ("email", {**MAIL, "username_env": "USER"}, f"{WHERE}.password_env: username_env and"),
+        ("email", {**MAIL, "password_env": "PASSWORD"}, f"{WHERE}.username_env: username_env a"),
+        ("email", {**MAIL, "username_env": "USER", "password_env": "NOPE"}, "NOPE is not set"),
+        ("email", {**MAIL, "message_id_domain": "a b"}, "message_id_domain: must be a domain"),
+        ("email", {**MAIL, "tls_ca_file": "/no/such/ca.pem"}, "tls_ca_file: no such file"),
+        ("grpc", {"method": RPC["method"]}, f"{WHERE}.target: is required"),
+        ("grpc", {**RPC, "target": "tickets.internal"}, "target: must be host:port"),
+        ("grpc", {**RPC, "target": "http://t:1"}, "target: must be host:port"),
+        ("grpc", {**RPC, "method": "peer.v1.Tickets.Assign"}, "method: must be a full method"),
+        ("grpc", {**RPC, "descriptor_set": "/no/such.binpb"}, "descriptor_set: [Errno 2]"),
+        ("grpc", {**RPC, "token_env": "UNSET"}, "token_env: environment variable UNSET is not"),
+    ],
+)
+def test_mistakes_name_the_key(kind: str, table: dict[str, Any], expected: str) -> None:
+    assert expected in error(kind, table)
+
+
+def test_a_descriptor_set_that_is_not_one_is_refused(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.binpb"
+    junk.write_bytes(b"\xff\xff\xff not a descriptor set")
+
+    assert f"{WHERE}.descriptor_set:" in error("grpc", {**RPC, "descriptor_set": str(junk)})
+
+
+def test_an_unknown_kind_or_a_non_table_names_where() -> None:
+    assert error("carrier_pigeon", {}) == (
+        f"{WHERE}: unknown channel kind 'carrier_pigeon' (known: webhook, email, grpc)"
+    )
+    assert error("webhook", "https://hooks.example.com") == f"{WHERE}: must be a table, not str"
+
+
+def test_the_unknown_key_message_lists_the_known_ones() -> None:
+    message = error("webhook", {**HOOK, "retries": 3})
+
+    assert "known keys:" in message and "read_timeout_s" in message and "token_env" in message
