@@ -56,6 +56,8 @@ class RunningSystem:
         self.http_url = f"http://127.0.0.1:{self.http_port}"
         self.query_addr = f"127.0.0.1:{base}"
         self.ingest_addr = f"127.0.0.1:{base + 1}"
+        self.reach_addr = f"127.0.0.1:{base + 2}"
+        self.reach_metrics_url = f"http://127.0.0.1:{base + 8}/metrics"
         self.process: subprocess.Popen[str] | None = None
         self._pump = threading.Thread()
         self.output: list[str] = []
