@@ -22,6 +22,7 @@ from services.reach.policy.backoff import PendingPolicy, PollPolicy, RetryPolicy
 from services.reach.policy.breaker import BreakerPolicy
 
 KINDS = ("webhook", "email", "grpc")
+QUOTA_SHARE = 0.7
 _CHANNEL_KEYS = {
     "kind",
     "description",
@@ -67,8 +68,9 @@ class ChannelConfig:
 
     @property
     def send_rate_per_second(self) -> float:
-        """70 % of the declared quota: the receiver may count differently than we do."""
-        return round(self.quota_per_second * 0.7, 6) if self.quota_per_second else 0.0
+        """The rate actions are sent at (0: no limit): a share of the declared quota,
+        because the receiver may count differently than we do (seed 003, 4.3)."""
+        return round(self.quota_per_second * QUOTA_SHARE, 6) if self.quota_per_second else 0.0
 
 
 @dataclasses.dataclass(frozen=True)

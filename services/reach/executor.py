@@ -73,9 +73,9 @@ class Executor:
             for name, cfg in config.channels.items()
         }
         self._buckets = {
-            name: TokenBucket.for_quota(cfg.quota_per_second)
+            name: TokenBucket(cfg.send_rate_per_second)
             for name, cfg in config.channels.items()
-            if cfg.quota_per_second
+            if cfg.send_rate_per_second
         }
         for name in config.channels:
             metrics.breaker.labels(name).set(0)
@@ -410,7 +410,9 @@ class Executor:
 
     async def _poll(self, claim: Claim, channel: Channel) -> Answer:
         try:
-            return await channel.poll(_outgoing(claim), claim.external_id)
+            # Without an id from the receiver (the send's answer was lost), the action is
+            # looked up by its idempotency key, which is what the receiver was given.
+            return await channel.poll(_outgoing(claim), claim.external_id or claim.idem_key)
         except Exception as exc:  # noqa: BLE001 - a look-up that fails decides nothing
             log.exception("channel %s raised on poll", claim.channel)
             return Answer(Status.UNKNOWN, detail=f"look-up failed: {type(exc).__name__}")

@@ -106,6 +106,7 @@ def http_date(seconds_from_now: float) -> str:
 
 HTTP_MODES = """
 ok                  200 {"id": <task>, "state": "done"}; the effect happens
+echo                as ok, and the answer also carries the request body as "echo"
 accept[:<late_s>]   202 {"id": <task>, "state": "accepted"}; the task reports "pending"
                     until late_s (default: the receiver's late_s) passed, then "done"
 status:<code>       answers <code>: a 2xx code takes effect and has no body; any other
@@ -126,13 +127,13 @@ state:<word>        200 {"state": <word>}
 """
 
 # Modes after which the receiver holds a result (an "effect") for the request.
-_EFFECT_MODES = {"ok", "accept", "hang", "drop_after_effect", "fail_after_effect"}
+_EFFECT_MODES = {"ok", "echo", "accept", "hang", "drop_after_effect", "fail_after_effect"}
 
 
 def parse_mode(mode: str) -> tuple[str, str]:
     """Splits and checks a delivery mode (see ``HTTP_MODES``); ValueError if unknown."""
     name, _, arg = mode.partition(":")
-    if name in ("ok", "drop", "drop_after_effect", "fail_after_effect") and not arg:
+    if name in ("ok", "echo", "drop", "drop_after_effect", "fail_after_effect") and not arg:
         return name, arg
     if name in ("accept", "hang") and (not arg or _is_number(arg)):
         return name, arg
@@ -397,7 +398,7 @@ class HttpReceiver:
                 replay = self._tasks[self._by_key[key]].answer
                 task_id: str | None = self._by_key[key]
             elif takes_effect:
-                task_id = self._take_effect(name, arg, key)
+                task_id = self._take_effect(name, arg, key, _json_or_none(body))
             else:
                 task_id = None
             self._records.append(
@@ -413,7 +414,7 @@ class HttpReceiver:
                 )
             )
             self._lock.notify_all()
-        if replay is not None or name in ("ok", "accept", "status") and task_id is not None:
+        if replay is not None or name in ("ok", "echo", "accept", "status") and task_id is not None:
             assert task_id is not None
             handler.answer(*(replay or self._tasks[task_id].answer))
         elif name == "status":
@@ -428,11 +429,13 @@ class HttpReceiver:
         else:  # drop, drop_after_effect
             handler.close_connection = True
 
-    def _take_effect(self, name: str, arg: str, key: str | None) -> str:
+    def _take_effect(self, name: str, arg: str, key: str | None, request: Any = None) -> str:
         """Records a new effect (a task) and returns its id; called under the lock."""
         task_id = f"task-{len(self._tasks) + 1}"
         answer: tuple[int, dict[str, Any] | None] = (200, {"id": task_id, "state": "done"})
-        if name == "accept":
+        if name == "echo":  # like ok, and the answer repeats the request body
+            answer = (200, {"id": task_id, "state": "done", "echo": request})
+        elif name == "accept":
             answer = (202, {"id": task_id, "state": "accepted"})
         elif name == "status":
             answer = (int(arg), None)  # a bare 2xx: no body, so no id either

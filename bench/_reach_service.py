@@ -1,0 +1,186 @@
+"""The reach service under test: its configuration, its process, and a scratch PostgreSQL
+database for it.
+
+``ReachProcess`` writes a configuration with one webhook channel (``bench-hook``: action
+type ``notify``, no quota so nothing is rate limited, keyed by the parameter ``n``, no time
+window, no status look-up so a 200 means succeeded), starts ``python -m
+services.reach.main`` in its own session with that file and a database URL, waits for the
+gRPC health check, and stops it with SIGTERM. Its log goes to ``reach.log`` in its folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+import grpc
+import psycopg
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from psycopg import sql
+from sqlalchemy.engine import make_url
+
+ROOT = Path(__file__).resolve().parent.parent
+CHANNEL = "bench-hook"
+ACTION_TYPE = "notify"
+READY_TIMEOUT_SECONDS = 60.0
+STOP_TIMEOUT_SECONDS = 20.0
+
+_CONFIG = """\
+# Written by bench/bench_reach.py. One webhook channel to the benchmark's receiver: no
+# quota (nothing is rate limited), no status_url (a 200 means succeeded).
+[channels.{channel}]
+kind = "webhook"
+description = "The reach benchmark's local receiver."
+action_types = ["{action_type}"]
+idempotency_params = ["n"]
+window = "none"
+
+[channels.{channel}.webhook]
+url = "{url}"
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ReachProcess:
+    """One ``services.reach.main`` process on a free port of 127.0.0.1."""
+
+    def __init__(self, folder: Path, database_url: str, receiver_url: str, log_level: str):
+        self.folder = folder
+        self.database_url = database_url
+        self.receiver_url = receiver_url
+        self.log_level = log_level
+        self.address = ""
+        self.log_path = folder / "reach.log"
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self._proc is not None
+        return self._proc.pid
+
+    def start(self) -> ReachProcess:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        config = self.folder / "reach.toml"
+        config.write_text(
+            _CONFIG.format(channel=CHANNEL, action_type=ACTION_TYPE, url=self.receiver_url),
+            encoding="utf-8",
+        )
+        self.address = f"127.0.0.1:{free_port()}"
+        # Nothing of the caller's REACHSTORE_* settings leaks in (REQUIRE_KEYS, limits ...).
+        env = {k: v for k, v in os.environ.items() if not k.startswith("REACHSTORE_")}
+        env.update(
+            {
+                "REACHSTORE_DATA_DIR": str(self.folder),
+                "REACHSTORE_DATABASE_URL": self.database_url,
+                "REACHSTORE_LISTEN": self.address,
+                "REACHSTORE_REACH_CONFIG": str(config),
+                "REACHSTORE_PII_SECRET": secrets.token_hex(32),
+                "REACHSTORE_WORKER_ID": "bench-reach",
+                "REACHSTORE_LOG_LEVEL": self.log_level,
+            }
+        )
+        self._log = self.log_path.open("wb")
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "services.reach.main"],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # Ctrl-C reaches the benchmark, which stops it in order
+        )
+        try:
+            self._wait_healthy()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_healthy(self) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+        with grpc.insecure_channel(self.address) as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            while time.monotonic() < deadline:
+                assert self._proc is not None
+                if self._proc.poll() is not None:
+                    raise RuntimeError(
+                        f"the reach service exited with {self._proc.returncode} during start-up:"
+                        f"\n{self.log_tail()}"
+                    )
+                try:
+                    reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0)
+                    if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                        return
+                except grpc.RpcError:
+                    pass
+                time.sleep(0.1)
+        raise RuntimeError(f"the reach service was not healthy within {READY_TIMEOUT_SECONDS} s")
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def stop(self) -> int | None:
+        """SIGTERM, then SIGKILL after ``STOP_TIMEOUT_SECONDS``; the exit code (None if it
+        was not running)."""
+        proc, self._proc = self._proc, None
+        code = None
+        if proc is not None:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout=STOP_TIMEOUT_SECONDS)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            code = proc.returncode
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        return code
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def __enter__(self) -> ReachProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@contextlib.contextmanager
+def postgres_database(admin_url: str) -> Iterator[tuple[str, str]]:
+    """A new, empty database ``reachstore_bench_<hex>`` on the server of ``admin_url``
+    (a libpq URL); yields its SQLAlchemy URL and the server's version, and drops it at the
+    end, sessions and all."""
+    name = f"reachstore_bench_{secrets.token_hex(6)}"
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        version = str(conn.execute("SHOW server_version").fetchone()[0])  # type: ignore[index]
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        url = make_url(admin_url).set(drivername="postgresql+psycopg", database=name)
+        yield url.render_as_string(hide_password=False), version
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
