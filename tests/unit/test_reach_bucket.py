@@ -60,7 +60,7 @@ def test_1000_sends_never_exceed_the_rate_in_any_window(seed: int) -> None:
     """Callers ask at random moments, sometimes early, sometimes late, sometimes idle."""
     rng = random.Random(seed)
     clock = FakeClock(rng.uniform(0.0, 1e5))
-    bucket = TokenBucket.for_quota(10.0, clock=clock)
+    bucket = TokenBucket(7.0, clock=clock)
     sent: list[float] = []
     while len(sent) < 1000:
         wait = bucket.reserve()
@@ -80,7 +80,7 @@ def test_1000_sends_never_exceed_the_rate_in_any_window(seed: int) -> None:
 
 def test_a_greedy_sender_gets_exactly_the_rate() -> None:
     clock = FakeClock()
-    bucket = TokenBucket.for_quota(10.0, clock=clock)
+    bucket = TokenBucket(7.0, clock=clock)
     assert bucket.rate_per_s == pytest.approx(7.0)
     start, sent = clock.now, []
     while clock.now - start <= 10.0:
@@ -115,21 +115,6 @@ def test_a_clock_stepping_back_grants_nothing() -> None:
     assert bucket.reserve() == 0.0
 
 
-@pytest.mark.parametrize(
-    "bucket",
-    [TokenBucket.unlimited(), TokenBucket.for_quota(None), TokenBucket.for_quota(0)],
-)
-def test_no_quota_means_unlimited(bucket: TokenBucket) -> None:
-    assert bucket.is_unlimited
-    assert all(bucket.reserve() == 0.0 for _ in range(10_000))
-    assert asyncio.run(bucket.acquire()) == 0.0
-
-
-def test_a_limited_bucket_is_not_unlimited() -> None:
-    assert not TokenBucket(0.1).is_unlimited
-    assert TokenBucket.for_quota(100.0, share=0.5, burst=5.0).rate_per_s == 50.0
-
-
 @pytest.mark.parametrize("rate", [0.0, -1.0, math.nan])
 def test_a_bucket_needs_a_positive_rate(rate: float) -> None:
     with pytest.raises(ValueError, match="rate_per_s"):
@@ -140,15 +125,6 @@ def test_a_bucket_needs_a_positive_rate(rate: float) -> None:
 def test_a_bucket_needs_a_burst_of_at_least_one(burst: float) -> None:
     with pytest.raises(ValueError, match="burst"):
         TokenBucket(1.0, burst)
-
-
-def test_for_quota_refuses_nonsense() -> None:
-    with pytest.raises(ValueError, match="quota_per_s"):
-        TokenBucket.for_quota(-5.0)
-    with pytest.raises(ValueError, match="share"):
-        TokenBucket.for_quota(10.0, share=0.0)
-    with pytest.raises(ValueError, match="share"):
-        TokenBucket.for_quota(10.0, share=1.5)
 
 
 class FakeSleep:

@@ -1,9 +1,9 @@
 """A token bucket per channel, so reachstore never sends faster than the provider allows.
 
-The bucket refills at ``rate_per_s`` up to ``burst`` tokens; a send takes one. It is sized
-below the provider's declared quota (70 % by default, ``for_quota``) because the quota is
-shared with whatever else the tenant runs against that provider, and a provider's own
-counting is never exactly ours.
+The bucket refills at ``rate_per_s`` up to ``burst`` tokens; a send takes one. Its rate is
+a share of the provider's declared quota (``ChannelConfig.send_rate_per_second``) because
+the quota is shared with whatever else the tenant runs against that provider, and a
+provider's own counting is never exactly ours.
 
 A token is taken only when a request is actually sent: ``reserve()`` either takes one now or
 says how long to wait and takes nothing, and the caller asks again after waiting. A caller
@@ -11,9 +11,8 @@ that gives up while waiting (cancelled, deadline passed) has therefore spent not
 waiters never hold tokens that no request uses. Waiters are not served in arrival order; with
 one asyncio loop per executor that is fair enough.
 
-Unlimited: a channel without a declared quota gets ``TokenBucket.unlimited()`` (also what
-``for_quota`` builds for a quota of ``None`` or 0), whose ``reserve()`` always answers 0.0,
-so the caller needs no special case. Not thread-safe: used from one asyncio loop.
+A channel without a declared quota has no bucket. Not thread-safe: used from one asyncio
+loop.
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ import asyncio
 import math
 import time
 from collections.abc import Awaitable, Callable
-from typing import Self
 
 # Float drift in ``tokens + elapsed·rate`` must not refuse a caller who waited exactly the
 # advised time (with a fake clock it would be told to wait a sliver too small to move the
@@ -31,7 +29,7 @@ _EPSILON = 1e-9
 
 
 class TokenBucket:
-    """Starts full. ``rate_per_s`` must be positive; ``math.inf`` means unlimited. ``burst``
+    """Starts full. ``rate_per_s`` must be positive and finite. ``burst``
     (at least 1) is how many sends may go back to back after a quiet period; with burst 1 no
     window of any length ``t`` holds more than ``rate·t + 1`` sends."""
 
@@ -43,8 +41,8 @@ class TokenBucket:
         *,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
-        if not rate_per_s > 0:  # also refuses NaN
-            raise ValueError(f"rate_per_s must be above 0 (or math.inf), got {rate_per_s!r}")
+        if not 0 < rate_per_s < math.inf:  # also refuses NaN
+            raise ValueError(f"rate_per_s must be a finite number above 0, got {rate_per_s!r}")
         if not 1 <= burst < math.inf:
             raise ValueError(f"burst must be a finite number of at least 1, got {burst!r}")
         self.rate_per_s, self.burst = float(rate_per_s), float(burst)
@@ -52,38 +50,9 @@ class TokenBucket:
         self._tokens = self.burst
         self._stamp = clock()
 
-    @classmethod
-    def unlimited(cls, clock: Callable[[], float] = time.monotonic) -> Self:
-        """A bucket that never makes anyone wait."""
-        return cls(math.inf, clock=clock)
-
-    @classmethod
-    def for_quota(
-        cls,
-        quota_per_s: float | None,
-        share: float = 0.7,
-        burst: float = 1.0,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> Self:
-        """A bucket at ``share`` of a provider's declared quota (requests per second); no
-        quota (``None`` or 0) means unlimited."""
-        if not 0 < share <= 1:
-            raise ValueError(f"share must be above 0 and at most 1, got {share!r}")
-        if quota_per_s is None or quota_per_s == 0:
-            return cls.unlimited(clock)
-        if not quota_per_s > 0:
-            raise ValueError(f"quota_per_s must be above 0, got {quota_per_s!r}")
-        return cls(quota_per_s * share, burst, clock)
-
-    @property
-    def is_unlimited(self) -> bool:
-        return self.rate_per_s == math.inf
-
     def reserve(self) -> float:
         """Takes one token and answers 0.0 if there is one now; otherwise answers the seconds
         until there will be one, and takes nothing."""
-        if self.is_unlimited:
-            return 0.0
         now = self._clock()
         if now > self._stamp:
             self._tokens = min(self.burst, self._tokens + (now - self._stamp) * self.rate_per_s)
