@@ -1,0 +1,144 @@
+"""Planning and reserving on a real store, with the clock in the test's hands: the time
+window of an idempotency key is fixed at first reservation, so a retry that crosses the
+window's boundary finds the same action instead of minting a new key."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from services.common import errors
+from services.common.auth import Caller
+from services.reach.channels import build_channel
+from services.reach.config import ReachConfig, load_config, parse_config
+from services.reach.planning import ActionSpec, TaskSpec, plan_task
+from services.reach.store import ReachStore
+from services.storage.engine import init_schema, make_engine, make_sessions
+
+CALLER = Caller("acme", "k1", frozenset({"reach"}), groups=("ops",))
+BEFORE_MIDNIGHT = dt.datetime(2026, 11, 30, 23, 59, 59, 900_000, tzinfo=dt.UTC)
+AFTER_MIDNIGHT = dt.datetime(2026, 12, 1, 0, 0, 0, 100_000, tzinfo=dt.UTC)
+CONFIG = {
+    "channels": {
+        "hook": {
+            "kind": "webhook",
+            "description": "d",
+            "action_types": ["dispatch"],
+            "idempotency_params": ["ticket", "group"],
+            "window": "day",
+            "parameters": {"type": "object", "required": ["ticket"]},
+            "rules": [{"expr": "params.group in caller.groups", "message": "own groups only"}],
+            "webhook": {"url": "http://127.0.0.1:9/hook"},
+        }
+    }
+}
+
+
+@pytest.fixture
+def store(database_url: str) -> Iterator[ReachStore]:
+    engine = make_engine(database_url)
+    init_schema(engine)
+    yield ReachStore(make_sessions(engine))
+    engine.dispose()
+
+
+@pytest.fixture
+def config() -> ReachConfig:
+    return parse_config(CONFIG)
+
+
+def _plan(config: ReachConfig, now: dt.datetime, **task: str):  # type: ignore[no-untyped-def]
+    channels = {
+        name: build_channel(cfg.kind, cfg.options, name, {})
+        for name, cfg in config.channels.items()
+    }
+    spec = TaskSpec(
+        entity_id="WO20261130-8821",
+        idempotency_key=task.get("idempotency_key", ""),
+        logical_time=task.get("logical_time", ""),
+        trace_id="",
+        actions=(
+            ActionSpec(
+                "dispatch",
+                "hook",
+                "dispatch",
+                {"ticket": "WO20261130-8821", "group": "ops", "trace": task.get("noise", "")},
+                (),
+                True,
+            ),
+        ),
+    )
+    return plan_task(spec, CALLER, config, channels, "", now)
+
+
+def test_a_retry_after_midnight_with_the_caller_key_finds_the_same_action(
+    store: ReachStore, config: ReachConfig
+) -> None:
+    first = store.reserve(_plan(config, BEFORE_MIDNIGHT, idempotency_key="turn-1"))
+    retry = _plan(config, AFTER_MIDNIGHT, idempotency_key="turn-1")
+    # Planned afresh, the key would fall in the next day's window ...
+    assert retry.actions[0].window == "2026-12-01"
+    # ... but the reservation made before midnight is what the retry gets.
+    again = store.reserve(retry)
+    assert again.deduplicated and again.task.task_id == first.task.task_id
+    assert again.actions[0].idem_key == first.actions[0].idem_key
+    assert first.actions[0].window == "2026-11-30"
+
+
+def test_a_logical_time_pins_the_window_without_a_caller_key(
+    store: ReachStore, config: ReachConfig
+) -> None:
+    pinned = "2026-11-30T23:59:59.900Z"
+    first = store.reserve(_plan(config, BEFORE_MIDNIGHT, logical_time=pinned))
+    again = store.reserve(_plan(config, AFTER_MIDNIGHT, logical_time=pinned))
+    assert again.deduplicated and again.actions[0].idem_key == first.actions[0].idem_key
+
+
+def test_the_next_days_action_is_a_new_action(store: ReachStore, config: ReachConfig) -> None:
+    today = store.reserve(_plan(config, BEFORE_MIDNIGHT))
+    tomorrow = store.reserve(_plan(config, AFTER_MIDNIGHT))
+    assert not tomorrow.deduplicated
+    assert tomorrow.actions[0].idem_key != today.actions[0].idem_key
+
+
+def test_parameters_outside_the_whitelist_do_not_change_the_key(config: ReachConfig) -> None:
+    one = _plan(config, BEFORE_MIDNIGHT, noise="trace-a")
+    two = _plan(config, BEFORE_MIDNIGHT, noise="trace-b")
+    assert one.actions[0].idem_key == two.actions[0].idem_key
+    assert one.actions[0].idem_key.startswith("acme/WO20261130-8821/dispatch/")
+    assert one.actions[0].idem_key.endswith("/2026-11-30")
+
+
+def test_the_key_is_immutable(config: ReachConfig) -> None:
+    plan = _plan(config, BEFORE_MIDNIGHT)
+    with pytest.raises(AttributeError):
+        plan.actions[0].idem_key = "another"  # type: ignore[misc]
+
+
+def test_rules_see_the_callers_groups(config: ReachConfig) -> None:
+    outsider = Caller("acme", "k2", frozenset({"reach"}), groups=("finance",))
+    channels = {"hook": build_channel("webhook", config.channels["hook"].options, "hook", {})}
+    spec = TaskSpec(
+        "WO-1",
+        "",
+        "",
+        "",
+        (ActionSpec("d", "hook", "dispatch", {"ticket": "WO-1", "group": "ops"}, (), True),),
+    )
+    with pytest.raises(errors.ReachstoreError) as caught:
+        plan_task(spec, outsider, config, channels, "", BEFORE_MIDNIGHT)
+    assert caught.value.code == "PARAMS_REJECTED"
+    assert caught.value.details[0].structured_data["rule"] == "own groups only"
+
+
+def test_the_example_configuration_is_valid(monkeypatch: pytest.MonkeyPatch) -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "reach.toml"
+    config = load_config(example)
+    assert set(config.channels) == {"ticket-dispatch", "notify-mail", "ops-alerts"}
+    assert config.channels["ticket-dispatch"].send_rate_per_second == 7.0
+    env = {"TICKETING_TOKEN": "secret-value"}
+    for name, cfg in config.channels.items():
+        build_channel(cfg.kind, cfg.options, f"channels.{name}.{cfg.kind}", env)

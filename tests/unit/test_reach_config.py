@@ -1,0 +1,90 @@
+"""The reach configuration file: every mistake is one ConfigError naming the key."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from services.common.config_errors import ConfigError
+from services.reach.config import parse_config
+
+VALID: dict[str, Any] = {
+    "engine": {"workers": 4, "lease_s": 10, "alert_channel": "hook"},
+    "channels": {
+        "hook": {
+            "kind": "webhook",
+            "description": "posts",
+            "action_types": ["notify"],
+            "quota_per_second": 20,
+            "retry": {"max_retries": 2},
+            "webhook": {"url": "http://127.0.0.1:9/hook"},
+        }
+    },
+}
+
+
+def _with(path: str, value: Any) -> dict[str, Any]:
+    data = copy.deepcopy(VALID)
+    *parents, last = path.split(".")
+    node = data
+    for part in parents:
+        node = node[part]
+    if value is None:
+        del node[last]
+    else:
+        node[last] = value
+    return data
+
+
+def test_a_valid_file_gives_channels_with_the_articles_defaults() -> None:
+    config = parse_config(VALID)
+    hook = config.channels["hook"]
+    assert (config.workers, config.lease_s, config.alert_channel) == (4, 10.0, "hook")
+    assert hook.send_rate_per_second == 14.0
+    assert hook.retry.max_retries == 2 and hook.retry.base_s == 0.5 and hook.retry.cap_s == 30
+    assert (hook.breaker.window_s, hook.breaker.min_samples, hook.breaker.open_s) == (10, 20, 30)
+    assert hook.breaker.half_open_probes == 5 and hook.breaker.failure_rate == 0.5
+    assert hook.window == "day" and not hook.idempotent
+    assert hook.pending.stall_timeout_s == 120
+
+
+def test_no_file_means_no_channels() -> None:
+    assert parse_config({}).channels == {}
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "named"),
+    [
+        ("channels.hook.retries", 3, "channels.hook.retries"),
+        ("channels.hook.kind", "pigeon", "channels.hook.kind"),
+        ("channels.hook.description", None, "channels.hook.description"),
+        ("channels.hook.action_types", [], "channels.hook.action_types"),
+        ("channels.hook.window", "month", "channels.hook.window"),
+        ("channels.hook.quota_per_second", 0, "channels.hook.quota_per_second"),
+        ("channels.hook.quota_per_second", "fast", "channels.hook.quota_per_second"),
+        ("channels.hook.idempotent", "yes", "channels.hook.idempotent"),
+        ("channels.hook.email", {"host": "x"}, "channels.hook.email"),
+        ("channels.hook.retry", {"base_s": -1}, "channels.hook.retry.base_s"),
+        ("channels.hook.breaker", {"failure_rate": 2}, "channels.hook.breaker.failure_rate"),
+        ("channels.hook.rules", [{"expr": "params.x <", "message": "m"}], "channels.hook.rules[0]"),
+        ("channels.hook.parameters", {"type": "nonsense"}, "channels.hook.parameters"),
+        ("engine.workers", 0, "engine.workers"),
+        ("engine.lease_s", 1, "engine.lease_s"),
+        ("engine.alert_channel", "nowhere", "engine.alert_channel"),
+        ("engine.speed", 3, "engine.speed"),
+    ],
+)
+def test_each_mistake_names_its_key(path: str, value: Any, named: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(_with(path, value))
+    assert named in str(caught.value)
+
+
+def test_channel_names_follow_the_naming_rule() -> None:
+    data = copy.deepcopy(VALID)
+    data["channels"]["Bad Name"] = data["channels"].pop("hook")
+    data["engine"]["alert_channel"] = ""
+    with pytest.raises(ConfigError, match="channels.Bad Name"):
+        parse_config(data)
