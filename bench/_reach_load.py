@@ -51,7 +51,9 @@ def one_action(stub: pb_grpc.ReachServiceStub, n: int) -> Sample:
     params.update({"n": n})
     request = pb.SubmitTaskRequest(
         entity_id=ENTITY,
-        actions=[pb.ActionSpec(name="notify", channel=CHANNEL, action_type=ACTION_TYPE, params=params)],
+        actions=[
+            pb.ActionSpec(name="notify", channel=CHANNEL, action_type=ACTION_TYPE, params=params)
+        ],
     )
     started = time.perf_counter()
     task = stub.SubmitTask(request, timeout=30).task

@@ -1,6 +1,7 @@
-"""An optional look inside the reach process while it is measured: ``py-spy record`` in raw
-(collapsed-stack) format, summed up as where the samples end (own time) by function and by
-package, and which functions they pass through (inclusive time).
+"""An optional look inside the reach process while it is measured: ``py-spy record --gil``
+in raw (collapsed-stack) format - only the thread holding the GIL is sampled, so the samples
+are what keeps the process's one Python core busy - summed up as where they end (own time)
+by function and by package, and which of the project's functions they pass through.
 
 py-spy samples without stopping the process (``--nonblocking``), but it still takes CPU on
 the same cores: figures from a profiled run are not the benchmark's figures.
@@ -30,7 +31,8 @@ class PySpyRecording:
     def __enter__(self) -> PySpyRecording:
         self._proc = subprocess.Popen(
             [self.binary, "record", "--pid", str(self.pid), "--rate", str(RATE_PER_S)]
-            + ["--format", "raw", "--nonblocking", "--output", str(self.out)],
+            + ["--gil", "--full-filenames", "--nonblocking"]
+            + ["--format", "raw", "--output", str(self.out)],
             stdout=subprocess.DEVNULL,
             stderr=self.out.with_suffix(".log").open("wb"),
             start_new_session=True,
@@ -50,23 +52,28 @@ class PySpyRecording:
 
 
 def _short_path(path: str) -> str:
-    """site-packages/<pkg>/..., the project's services/..., or the stdlib module."""
+    """<package>/... under site-packages, services/..., stdlib:<module path>, or as is."""
     if "site-packages/" in path:
         return path.rsplit("site-packages/", 1)[1]
     if "/services/" in path:
         return "services/" + path.rsplit("/services/", 1)[1]
-    if "/lib/python3" in path:
-        return "stdlib:" + path.rsplit("/", 1)[-1]
-    return path.rsplit("/", 1)[-1]
+    stdlib = re.search(r"/lib/python3\.\d+/(.*)$", path)
+    if stdlib:
+        return "stdlib:" + stdlib[1]
+    return path
 
 
 def _package(short: str) -> str:
+    """What a sample is charged to: a third-party package, a stdlib package or module, or
+    a module of the project."""
+    if short.startswith("<frozen importlib"):
+        return "importlib"
     if short.startswith("stdlib:"):
-        return short.removesuffix(".py")
-    head = short.split("/", 1)[0]
-    if head == "services":
-        return "/".join(short.split("/")[:2]).removesuffix(".py")
-    return head.removesuffix(".py")
+        return "stdlib:" + short.removeprefix("stdlib:").split("/")[0].removesuffix(".py")
+    parts = short.split("/")
+    if parts[0] == "services":
+        return "/".join(parts[:3]).removesuffix(".py")
+    return parts[0].removesuffix(".py")
 
 
 def _frame(text: str) -> tuple[str, str]:
@@ -77,7 +84,8 @@ def _frame(text: str) -> tuple[str, str]:
 
 
 def summarize(path: Path, top: int = 12) -> dict[str, Any]:
-    """Shares of the samples: own time by function and by package, inclusive by function."""
+    """Shares of the samples: own time by function and by package; inclusive time of the
+    project's own functions (services/...)."""
     own: Counter[str] = Counter()
     own_pkg: Counter[str] = Counter()
     inclusive: Counter[str] = Counter()
@@ -94,7 +102,7 @@ def summarize(path: Path, top: int = 12) -> dict[str, Any]:
         func, short = frames[-1]
         own[f"{func} ({short})"] += count
         own_pkg[_package(short)] += count
-        for name in {f"{f} ({s})" for f, s in frames}:
+        for name in {f"{f} ({s})" for f, s in frames if s.startswith("services/")}:
             inclusive[name] += count
 
     def shares(counter: Counter[str]) -> list[tuple[str, float]]:
@@ -105,5 +113,5 @@ def summarize(path: Path, top: int = 12) -> dict[str, Any]:
         "rate_per_s": RATE_PER_S,
         "own_by_function": shares(own),
         "own_by_package": shares(own_pkg),
-        "inclusive_by_function": shares(inclusive),
+        "inclusive_by_project_function": shares(inclusive),
     }

@@ -8,6 +8,11 @@ import sys
 import time
 
 
+# Context a log call may pass as ``extra={...}``; it becomes fields of the JSON line, so
+# logs can be searched by trace, task or action instead of by message text.
+CONTEXT_FIELDS = ("trace_id", "task_id", "action_id", "channel", "state", "reason")
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, component, logger, message, exception."""
 
@@ -24,6 +29,10 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
+        for field in CONTEXT_FIELDS:
+            value = getattr(record, field, None)
+            if value is not None:
+                entry[field] = value
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
         return json.dumps(entry, ensure_ascii=False)

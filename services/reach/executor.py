@@ -518,7 +518,14 @@ class Executor:
             claim.state,
             change.to_state,
             change.reason,
-            extra={"trace_id": claim.trace_id, "channel": claim.channel},
+            extra={
+                "trace_id": claim.trace_id,
+                "task_id": claim.task_id,
+                "action_id": claim.action_id,
+                "channel": claim.channel,
+                "state": change.to_state,
+                "reason": change.reason,
+            },
         )
         if settled.alerts:
             self._wake_alerts()

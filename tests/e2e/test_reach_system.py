@@ -248,7 +248,7 @@ def reasons(detail: dict[str, Any]) -> list[str]:
 
 
 def test_an_action_is_delivered_once_with_key_trace_and_receipt(
-    agent: httpx.Client, receivers: dict[str, Any]
+    agent: httpx.Client, receivers: dict[str, Any], system: RunningSystem
 ) -> None:
     rx: HttpReceiver = receivers["hook"]
     rx.script("echo")
@@ -279,6 +279,20 @@ def test_an_action_is_delivered_once_with_key_trace_and_receipt(
     [delivery] = [d for d in rx.records if d.headers.get("idempotency-key") == key]
     assert delivery.headers["traceparent"].split("-")[1] == TRACE
     assert delivery.body == {"ticket": "WO20261130-1", "note": "call 13800138000"}
+    # The structured log line of the outcome carries the trace, task and action ids.
+    logged = _wait_for_log(system, f'"trace_id": "{TRACE}"', '"state": "succeeded"')
+    assert f'"action_id": "{task["actions"][0]["action_id"]}"' in logged
+    assert "13800138000" not in "".join(system.output)
+
+
+def _wait_for_log(system: RunningSystem, *parts: str) -> str:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        for line in list(system.output):
+            if all(part in line for part in parts):
+                return line
+        time.sleep(0.1)
+    raise AssertionError(f"no log line with {parts}")
 
 
 def test_repeats_sequential_and_concurrent_make_one_delivery(
