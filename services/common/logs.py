@@ -7,7 +7,6 @@ import logging
 import sys
 import time
 
-
 # Context a log call may pass as ``extra={...}``; it becomes fields of the JSON line, so
 # logs can be searched by trace, task or action instead of by message text.
 CONTEXT_FIELDS = ("trace_id", "task_id", "action_id", "channel", "state", "reason")

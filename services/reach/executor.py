@@ -261,19 +261,12 @@ class Executor:
                 and elapsed + delay <= cfg.retry.deadline_s
             ):
                 self._metrics.retries.labels(claim.channel, "rate_limited").inc()
-                failure["retry_after_ms"] = int(delay * 1000)
-                await self._settle(
-                    claim,
-                    Change(
-                        st.READY,
-                        "rate_limited",
-                        {"retry_in_s": round(delay, 3), "retry_after_s": exc.retry_after_s},
-                        next_at=now + delay,
-                        failure=failure,
-                        failure_kind=kind,
-                        receipt=receipt,
-                        add_rate_limited=True,
-                    ),
+                details: dict[str, Any] = {
+                    "retry_in_s": round(delay, 3),
+                    "retry_after_s": exc.retry_after_s,
+                }
+                await self._retry_later(
+                    claim, "rate_limited", delay, details, failure, kind, receipt, rate_limited=True
                 )
                 return
             reason = "rate_limited_too_often"
@@ -282,18 +275,9 @@ class Executor:
             delay = cfg.retry.delay(retries, self._rng)
             if cfg.retry.should_retry(retries, elapsed, delay):
                 self._metrics.retries.labels(claim.channel, "transient").inc()
-                failure["retry_after_ms"] = int(delay * 1000)
-                await self._settle(
-                    claim,
-                    Change(
-                        st.READY,
-                        "retry_scheduled",
-                        {"retry_in_s": round(delay, 3), "code": exc.code},
-                        next_at=now + delay,
-                        failure=failure,
-                        failure_kind=kind,
-                        receipt=receipt,
-                    ),
+                details = {"retry_in_s": round(delay, 3), "code": exc.code}
+                await self._retry_later(
+                    claim, "retry_scheduled", delay, details, failure, kind, receipt
                 )
                 return
             reason = "retries_exhausted"
@@ -309,6 +293,33 @@ class Executor:
                 failure=failure,
                 failure_kind=kind,
                 receipt=receipt,
+            ),
+        )
+
+    async def _retry_later(
+        self,
+        claim: Claim,
+        reason: str,
+        delay: float,
+        details: dict[str, Any],
+        failure: dict[str, Any],
+        kind: str,
+        receipt: Receipt,
+        rate_limited: bool = False,
+    ) -> None:
+        """Back to READY, due after ``delay``; the failure says when, for the caller."""
+        failure["retry_after_ms"] = int(delay * 1000)
+        await self._settle(
+            claim,
+            Change(
+                st.READY,
+                reason,
+                details,
+                next_at=time.time() + delay,
+                failure=failure,
+                failure_kind=kind,
+                receipt=receipt,
+                add_rate_limited=rate_limited,
             ),
         )
 
