@@ -10,8 +10,10 @@ from reachstore.admin.v1 import key_service_pb2
 from reachstore.common.v1 import access_pb2, partial_failure_pb2
 from reachstore.ingest.v1 import ingest_service_pb2
 from reachstore.query.v1 import query_service_pb2
+from reachstore.reach.v1 import reach_service_pb2
+from services.common.auth import SCOPES
 
-SERVICE_FILES = [query_service_pb2, ingest_service_pb2, key_service_pb2]
+SERVICE_FILES = [query_service_pb2, ingest_service_pb2, key_service_pb2, reach_service_pb2]
 METHODS = [
     method
     for module in SERVICE_FILES
@@ -64,4 +66,4 @@ def test_the_checker_rejects_a_response_without_partial_failures() -> None:
 
 @pytest.mark.parametrize("method", METHODS, ids=lambda m: m.full_name)
 def test_every_rpc_declares_the_scope_it_requires(method: descriptor.MethodDescriptor) -> None:
-    assert method.GetOptions().Extensions[access_pb2.required_scope] in {"read", "write", "admin"}
+    assert method.GetOptions().Extensions[access_pb2.required_scope] in set(SCOPES)
