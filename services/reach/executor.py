@@ -343,7 +343,7 @@ class Executor:
 
     async def _check_pending(self, claim: Claim, cfg: ChannelConfig, channel: Channel) -> None:
         now = time.time()
-        if claim.accepted_at is not None and now - claim.accepted_at > cfg.pending.stall_timeout_s:
+        if claim.accepted_at is not None and cfg.pending.stalled(now - claim.accepted_at):
             await self._to_unknown(
                 claim,
                 cfg,
@@ -381,14 +381,27 @@ class Executor:
             await self._to_review(claim, "cannot_look_up", "the channel has no status look-up")
             return
         answer = await self._poll(claim, channel)
-        if answer.status == Status.UNKNOWN:
+        receipt = self._receipt(claim.attempts, "poll", answer)
+        # "Still pending" settles nothing for an action that already stalled: it counts as
+        # an undecided look-up, so a receiver that never finishes ends in review.
+        stalled = claim.accepted_at is not None and cfg.pending.stalled(now - claim.accepted_at)
+        if answer.status == Status.PENDING and not stalled:
+            await self._settle(
+                claim,
+                Change(
+                    st.PENDING,
+                    "receiver_pending",
+                    next_at=now + cfg.pending.poll_interval_s,
+                    accepted_at=now,
+                    add_poll=True,
+                    receipt=receipt,
+                ),
+            )
+        elif answer.status in (Status.UNKNOWN, Status.PENDING):
             tries = claim.unknown_polls + 1
             if tries >= cfg.unknown.max_polls:
                 await self._to_review(
-                    claim,
-                    "rechecks_exhausted",
-                    f"{tries} look-ups could not decide",
-                    self._receipt(claim.attempts, "poll", answer),
+                    claim, "rechecks_exhausted", f"{tries} look-ups could not decide", receipt
                 )
                 return
             delay = cfg.unknown.delay(tries, self._rng)
@@ -401,19 +414,7 @@ class Executor:
                     next_at=now + delay,
                     add_poll=True,
                     add_unknown_poll=True,
-                    receipt=self._receipt(claim.attempts, "poll", answer),
-                ),
-            )
-        elif answer.status == Status.PENDING:
-            await self._settle(
-                claim,
-                Change(
-                    st.PENDING,
-                    "receiver_pending",
-                    next_at=now + cfg.pending.poll_interval_s,
-                    accepted_at=now,
-                    add_poll=True,
-                    receipt=self._receipt(claim.attempts, "poll", answer),
+                    receipt=receipt,
                 ),
             )
         else:

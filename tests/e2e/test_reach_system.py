@@ -43,7 +43,7 @@ cap_s = 0.5
 max_polls = 2
 [channels.{name}.pending]
 poll_interval_s = 0.1
-stall_timeout_s = 20
+stall_timeout_s = {stall}
 """
 
     def hook(
@@ -53,6 +53,7 @@ stall_timeout_s = 20
         header: bool = True,
         retries: int = 3,
         types: str = '["notify", "dispatch"]',
+        stall: float = 20,
     ) -> str:
         return f"""
 [channels.{name}]
@@ -68,7 +69,7 @@ status_url = "{receiver.status_url}"
 cancel_url = "{receiver.cancel_url}"
 idempotency_header = {"true" if header else "false"}
 read_timeout_s = 0.5
-""" + fast.format(name=name, retries=retries)
+""" + fast.format(name=name, retries=retries, stall=stall)
 
     schema = (
         'parameters = { type = "object", required = ["ticket"], properties = { '
@@ -99,6 +100,7 @@ alert_channel = "alerts"
                 retries=0,
             ),
             hook("rejecting", rx["rejecting"]),
+            hook("slow", rx["hook"], stall=0.5),
             hook("alerts", rx["alerts"], types='["alert"]'),
             f"""
 [channels.mail]
@@ -169,7 +171,7 @@ def system(
 
 @pytest.fixture(scope="module")
 def keys(system: RunningSystem) -> dict[str, str]:
-    channels = "hook,plain-hook,limited,fragile,rejecting,mail,rpc"
+    channels = "hook,plain-hook,limited,fragile,rejecting,slow,mail,rpc"
     return {
         "agent": make_key(
             system, "acme", "read,reach", "--channels", channels, "--groups", "ops,support"
@@ -502,7 +504,7 @@ def test_an_ambiguous_send_becomes_unknown_then_review_and_an_operator_resolves_
 ) -> None:
     rx: HttpReceiver = receivers["hook"]
     rx.script("hang:2")  # the read timeout is 0.5 s: sent, but no answer
-    rx.script_status("status:404", "status:404", "status:404")
+    rx.script_status("status:404", "status:404")  # max_polls is 2
     task = submit(agent, "WO-unknown", action("a", "plain-hook", ticket="WO-unknown"))["task"]
     action_id = task["actions"][0]["action_id"]
     done = settle(agent, task["task_id"], until={"needs_review"})
@@ -541,6 +543,28 @@ def test_an_ambiguous_send_becomes_unknown_then_review_and_an_operator_resolves_
     assert again.status_code == 400 and again.json()["error"]["code"] == "ACTION_NOT_RESOLVABLE"
     alert_kinds = {d.body.get("kind") for d in receivers["alerts"].records if d.body}
     assert "needs_review" in alert_kinds
+
+
+def test_a_pending_action_that_stalls_goes_to_review_and_is_resolved_as_failed(
+    agent: httpx.Client, operator: httpx.Client, receivers: dict[str, Any]
+) -> None:
+    receivers["hook"].script("accept:60")  # accepted, then "pending" for a minute
+    task = submit(agent, "WO-stall", action("a", "slow", ticket="WO-stall"))["task"]
+    action_id = task["actions"][0]["action_id"]
+    settle(agent, task["task_id"], until={"needs_review"})
+    detail = get_action(agent, action_id)
+    assert reasons(detail)[:4] == ["reserved", "sending", "receiver_accepted", "pending_stalled"]
+    assert reasons(detail)[-1] == "rechecks_exhausted"
+    assert detail["polls"] >= 2 and detail["attempts"] == 1
+    resolved = operator.post(
+        f"/api/v1/reach/actions/{action_id}:resolve",
+        json={"outcome": "RESOLUTION_FAILED", "note": "the receiver lost it; re-raised by hand"},
+    )
+    assert resolved.status_code == 200, resolved.text
+    done = settle(agent, task["task_id"])
+    assert done["task"]["state"] == "failed"
+    [failure] = done["partial_failures"]
+    assert failure["error_code"] == "RESOLVED_FAILED" and failure["retryable"] is False
 
 
 def test_cancel_unsent_sent_and_finished_actions(
