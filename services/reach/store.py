@@ -494,7 +494,21 @@ class ReachStore:
             where = [ReachActionRow.action_id == action_id, fence]
             if tenant is not None:
                 where.append(ReachActionRow.tenant == tenant)
-            # Locks the row on PostgreSQL; the fenced UPDATE below keeps SQLite honest.
+            # Changes to one task run one after another: each reads its sibling actions to
+            # ready dependants and derive the task's state, so two siblings settling at
+            # once must not both read the other as unfinished. On PostgreSQL the task row
+            # is locked first (claims lock only action rows, so the order cannot
+            # deadlock); SQLite has one writer at a time anyway.
+            task_id = session.scalar(
+                select(ReachActionRow.task_id).where(ReachActionRow.action_id == action_id)
+            )
+            if task_id is None:
+                return Settled(False)
+            session.execute(
+                select(ReachTaskRow.task_id)
+                .where(ReachTaskRow.task_id == task_id)
+                .with_for_update()
+            )
             before = session.execute(
                 select(ReachActionRow.state)
                 .where(ReachActionRow.action_id == action_id)

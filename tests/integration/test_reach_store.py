@@ -189,3 +189,42 @@ def test_unleased_changes_wait_for_the_worker(store: ReachStore) -> None:
     assert store.settle_unleased("t1", action_id, (st.READY,), cancel).applied
     # Another tenant cannot touch it at all.
     assert not store.settle_unleased("t2", action_id, (st.CANCELLED,), cancel).applied
+
+
+def test_siblings_settling_at_the_same_moment_still_ready_their_dependant(
+    store: ReachStore,
+) -> None:
+    """Two actions of one task succeed in two transactions at once: the action that waits
+    for both must become ready, and the task must see both."""
+    for i in range(20):
+        store.reserve(
+            _plan(
+                _action("a", f"a-{i}"),
+                _action("b", f"b-{i}"),
+                _action("c", f"c-{i}", depends_on=("a", "b")),
+            )
+        )
+    claims = store.claim("w", 100, time.time(), 60)
+    by_task: dict[str, list] = {}  # type: ignore[type-arg]
+    for claim in claims:
+        by_task.setdefault(claim.task_id, []).append(claim)
+    assert all(len(pair) == 2 for pair in by_task.values())
+
+    def settle(claim, gate: threading.Barrier) -> None:  # type: ignore[no-untyped-def]
+        gate.wait()
+        store.settle(claim, Change(st.SUCCEEDED, "receiver_confirmed"))
+
+    for pair in by_task.values():
+        gate = threading.Barrier(2)
+        threads = [threading.Thread(target=settle, args=(c, gate)) for c in pair]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    for task_id in by_task:
+        _, actions = store.get_task("t1", task_id)  # type: ignore[misc]
+        assert {a.name: a.state for a in actions} == {
+            "a": st.SUCCEEDED,
+            "b": st.SUCCEEDED,
+            "c": st.READY,
+        }
