@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import itertools
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -37,9 +38,18 @@ _FINAL = (pb.TASK_STATE_SUCCEEDED, pb.TASK_STATE_FAILED)
 @dataclasses.dataclass(frozen=True)
 class Sample:
     seconds: float  # client: SubmitTask sent -> SUCCEEDED received
+    submit_seconds: float  # the SubmitTask call alone
     server_seconds: float  # the task's created_at -> finished_at
     get_calls: int
     key: str  # the action's idempotency key, as the receiver must see it
+
+
+def machine_cpu_seconds() -> float:
+    """CPU seconds all cores spent busy so far (user, nice, system, irq, softirq), from
+    /proc/stat: with the processes' own figures it shows how much else ran meanwhile."""
+    with open("/proc/stat", encoding="ascii") as f:
+        user, nice, system, _idle, _iowait, irq, softirq = map(int, f.readline().split()[1:8])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
 def _timestamp(text: str) -> float:
@@ -57,6 +67,7 @@ def one_action(stub: pb_grpc.ReachServiceStub, n: int) -> Sample:
     )
     started = time.perf_counter()
     task = stub.SubmitTask(request, timeout=30).task
+    submitted = time.perf_counter()
     gets = 0
     while task.state not in _FINAL:
         if time.perf_counter() - started > ACTION_DEADLINE_SECONDS:
@@ -78,6 +89,7 @@ def one_action(stub: pb_grpc.ReachServiceStub, n: int) -> Sample:
         )
     return Sample(
         seconds=seconds,
+        submit_seconds=submitted - started,
         server_seconds=_timestamp(task.finished_at) - _timestamp(task.created_at),
         get_calls=gets,
         key=task.actions[0].idempotency_key,
@@ -142,10 +154,10 @@ def run_load(
     with grpc.insecure_channel(address) as channel:
         stub = pb_grpc.ReachServiceStub(channel)
         warm, _ = _phase(stub, concurrency, warmup, numbers) if warmup else ([], 0.0)
-        cpu_before = cpu_seconds(pids)
+        cpu_before, machine_before = cpu_seconds(pids), machine_cpu_seconds()
         with during_measurement():
             samples, seconds = _phase(stub, concurrency, actions, numbers)
-        cpu_after = cpu_seconds(pids)
+        cpu_after, machine_after = cpu_seconds(pids), machine_cpu_seconds()
     client = latency_stats([s.seconds for s in samples])
     server = latency_stats([s.server_seconds for s in samples])
     return {
@@ -155,10 +167,16 @@ def run_load(
         "seconds": seconds,
         "actions_per_s": actions / seconds,
         "latency": client,
+        "submit_latency": latency_stats([s.submit_seconds for s in samples]),
         "server_latency": server,
         "get_calls_per_action": sum(s.get_calls for s in samples) / len(samples),
         "cpu_ms_per_action": {
             name: 1000 * (cpu_after[name] - cpu_before[name]) / actions for name in cpu_after
+        },
+        # cores busy on average over the measured part: these processes, and the machine
+        "busy_cores": {
+            "ours": sum(cpu_after[n] - cpu_before[n] for n in cpu_after) / seconds,
+            "machine": (machine_after - machine_before) / seconds,
         },
         "keys": [s.key for s in itertools.chain(warm, samples)],
     }

@@ -11,6 +11,7 @@ gRPC health check, and stops it with SIGTERM. Its log goes to ``reach.log`` in i
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import signal
@@ -18,6 +19,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -152,6 +154,36 @@ class ReachProcess:
             self._log.close()
             self._log = None
         return code
+
+    def log_levels(self) -> dict[str, int]:
+        """How many lines of each level the service logged (its log is JSON lines; any
+        other line counts as "not_json": a traceback printed by a library, for example)."""
+        levels: Counter[str] = Counter()
+        try:
+            text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return {}
+        for line in text.splitlines():
+            try:
+                levels[str(json.loads(line).get("level", "?"))] += 1
+            except (ValueError, AttributeError):
+                levels["not_json"] += 1
+        return dict(levels)
+
+    def first_problem(self) -> str:
+        """The message of the first warning or error line, or ""."""
+        try:
+            text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+        for line in text.splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                return line[:300]
+            if isinstance(entry, dict) and entry.get("level") in ("warning", "error", "critical"):
+                return str(entry.get("msg", ""))[:300]
+        return ""
 
     def log_tail(self, lines: int = 30) -> str:
         try:

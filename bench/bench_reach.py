@@ -2,7 +2,7 @@
 SubmitTask to SUCCEEDED through a webhook, next to the rate at which the same receiver
 accepts plain HTTP posts (the ceiling), on SQLite and on PostgreSQL.
 
-Run from the repository root (the default run takes about 2-3 minutes on 2 cores):
+Run from the repository root (the default run takes about 1.5 minutes on 2 cores):
 
     .venv/bin/python bench/bench_reach.py [--json PATH]
 
@@ -40,16 +40,19 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import itertools
 import json
 import os
 import shlex
 import shutil
 import signal
+import sqlite3
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -94,16 +97,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--concurrency", default="1,16", help="comma-separated client threads")
     parser.add_argument(
         "--actions",
-        default="300,1200",
-        help="measured actions per run: one number, or one per concurrency (default 300,1200)",
+        default="400,1600",
+        help="measured actions per run: one number, or one per concurrency (default 400,1600)",
     )
     parser.add_argument(
         "--warmup",
-        default="20,100",
+        default="20,160",
         help="untimed actions before each run: one number, or one per concurrency",
     )
     parser.add_argument(
-        "--ceiling-posts", type=int, default=3000, help="timed posts of the ceiling measurement"
+        "--ceiling-posts", type=int, default=5000, help="timed posts of the ceiling measurement"
     )
     parser.add_argument("--skip-postgres", action="store_true", help="SQLite only")
     parser.add_argument(
@@ -177,16 +180,10 @@ def check_deliveries(stats: dict[str, Any], keys: list[str]) -> dict[str, Any]:
 @contextlib.contextmanager
 def _database(engine: str, folder: Path, args: argparse.Namespace) -> Iterator[tuple[str, str]]:
     if engine == "sqlite":
-        yield f"sqlite:///{folder / 'reach.db'}", f"SQLite {sqlite_version()}"
+        yield f"sqlite:///{folder / 'reach.db'}", f"SQLite {sqlite3.sqlite_version}"
     else:
         with postgres_database(args.postgres_url) as (url, version):
             yield url, f"PostgreSQL {version}"
-
-
-def sqlite_version() -> str:
-    import sqlite3
-
-    return sqlite3.sqlite_version
 
 
 def run_engine(
@@ -212,14 +209,11 @@ def run_engine(
                 warmup, actions = args.warmup_by[conc], args.actions_by[conc]
                 log(f"{engine} c={conc}: {warmup} warm-up + {actions} measured actions ...")
                 receiver.reset()
-                during: Any = contextlib.nullcontext
+                during: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext
                 if args.profile is not None and conc == max(args.concurrencies):
                     out = args.profile / f"reach-{engine}-c{conc}.txt"
                     report["profiles"][engine] = {"path": str(out), "concurrency": conc}
-
-                    def during(out: Path = out) -> PySpyRecording:
-                        return PySpyRecording(args.py_spy, reach.pid, out)
-
+                    during = functools.partial(PySpyRecording, args.py_spy, reach.pid, out)
                 pids = {"reach": reach.pid, "receiver": receiver.pid}
                 run = run_load(reach.address, conc, warmup, actions, numbers, pids, during)
                 keys = run.pop("keys")
@@ -233,12 +227,16 @@ def run_engine(
                     f"ms; deliveries {d['posts']} for {d['actions']} actions "
                     f"({'ok' if d['ok'] else 'WRONG'})"
                 )
-        except BaseException:
+        except Exception:
             log(f"{engine}: the run failed; the reach service's log ends with:\n{reach.log_tail()}")
             raise
         finally:
             code = reach.stop()
             report["service_exit_codes"][engine] = code
+            report["service_logs"][engine] = {
+                "levels": reach.log_levels(),
+                "first_problem": reach.first_problem(),
+            }
             if code not in (0, None):
                 log(f"{engine}: the reach service exited with {code}:\n{reach.log_tail()}")
         if engine in report["profiles"]:
@@ -249,20 +247,22 @@ def run_engine(
                 log(f"py-spy wrote no {path}; see {path.with_suffix('.log')}")
 
 
-WIDTH = 106
+WIDTH = 118
 
 
 def print_report(r: dict[str, Any]) -> None:
     p = print
     m, c, ce = r["machine"], r["config"], r["ceiling"]
     p("=" * WIDTH)
-    p(
-        "reachstore reach benchmark: actions end to end, SubmitTask -> webhook POST -> 200 -> SUCCEEDED"
-    )
+    p("reachstore reach benchmark: actions end to end, SubmitTask -> webhook 200 -> SUCCEEDED")
     p(f"command : {c['command']}")
     p(
         f"machine : nproc={m['nproc']} (os.cpu_count={m['cpu_count']}), {m['cpu_model']}, "
-        f"{m['mem_gb']} GB RAM; load average at start {c['loadavg_at_start']}"
+        f"{m['mem_gb']} GB RAM"
+    )
+    p(
+        f"          load average {c['loadavg_at_start']} at start, {c['loadavg_at_end']} at the "
+        "end (other work on the machine counts too)"
     )
     p(
         f"          Python {m['python']}, grpcio {m['grpcio']}, httpx {m['httpx']}, "
@@ -272,12 +272,14 @@ def print_report(r: dict[str, Any]) -> None:
     p("          the client threads, the receiver, the reach process and the database share them")
     p(
         f"service : python -m services.reach.main, engine.workers={c['workers']}, log level "
-        f"{c['log_level']}; channel {CHANNEL}: webhook, no quota, no status look-up"
+        f"{c['log_level']}"
     )
+    p(f"          channel {CHANNEL}: webhook, no quota, no status look-up (200 = succeeded)")
     p(
         f"clients : c threads, one gRPC channel; each: SubmitTask, then GetTask(wait_ms="
-        f"{c['wait_ms']}, known_version) until SUCCEEDED"
+        f"{c['wait_ms']}, known_version)"
     )
+    p('          until SUCCEEDED; every action has its own params {"n": <unique>}')
     p(
         f"ceiling : one keep-alive httpx.Client posting the same body to the same receiver: "
         f"{ce['posts']} posts in {ce['seconds']:.2f} s"
@@ -286,26 +288,42 @@ def print_report(r: dict[str, Any]) -> None:
     p("")
     _print_table(r["runs"])
     p("")
-    p("act/s: measured actions / wall time from the first submit to the last SUCCEEDED, after an")
+    p("act/s: measured actions / wall time from the first submit to the last SUCCEEDED, after")
+    p("  an untimed warm-up; ÷ceiling = act/s / ceiling posts/s. submit->SUCCEEDED: as the client")
+    p("  saw it; SubmitTask: that call alone; created->finished: the task's own timestamps (whole")
+    p("  ms). GetTask: calls per action. reach CPU: the service process's CPU per measured action.")
+    p("  deliveries: POSTs the receiver counted in the run (warm-up included) / actions submitted;")
+    p("  ok = each action's Idempotency-Key exactly once.")
     p(
-        "    untimed warm-up; ÷ceiling = act/s / ceiling posts/s. submit->SUCCEEDED: as the client saw"
+        "Other CPU ms per action: receiver / client threads; busy cores during the measured part: "
+        "these three"
     )
-    p("    it; created->finished: the task's own timestamps (whole ms). GetTask: calls per action.")
-    p("    CPU: by process per measured action (bench = the client threads; the receiver's and")
-    p(
-        "    PostgreSQL's in --json / not counted). deliveries: POSTs the receiver counted in the run,"
+    p("  processes / the whole machine (the rest is PostgreSQL and whatever else ran):")
+    for run in r["runs"]:
+        cpu, busy = run["cpu_ms_per_action"], run["busy_cores"]
+        p(
+            f"  {run['engine']:10s} c={run['concurrency']:<3d} {cpu['receiver']:5.2f} / "
+            f"{cpu['bench']:5.2f} ms;  {busy['ours']:4.2f} / {busy['machine']:4.2f} of "
+            f"{m['nproc']} cores"
+        )
+    logs = "; ".join(
+        f"{engine}: "
+        + (", ".join(f"{n} {level}" for level, n in sorted(v["levels"].items())) or "empty")
+        for engine, v in r["service_logs"].items()
     )
-    p(
-        "    warm-up included, against the actions submitted; ok = each Idempotency-Key exactly once."
-    )
+    p(f"Service log lines: {logs}.")
+    for engine, v in r["service_logs"].items():
+        if v["first_problem"]:
+            p(f"  first warning/error of {engine}: {v['first_problem']}")
     p(
         f"GetTask's wait re-reads the task every {1000 * WAIT_STEP_SECONDS:.0f} ms "
-        "(services/reach/api/servicer.py): a change is seen up to that late."
+        "(services/reach/api/servicer.py): a change is"
     )
     p(
-        f"The executor's idle poll ({IDLE_POLL_SECONDS:g} s) is not on the path: SubmitTask wakes "
-        "the executor of its own process."
+        f"  seen up to that late. The executor's idle poll ({IDLE_POLL_SECONDS:g} s) is not on "
+        "the path: SubmitTask wakes"
     )
+    p("  the executor of its own process.")
     for engine, prof in r["profiles"].items():
         if "samples" in prof:
             _print_profile(engine, prof)
@@ -317,24 +335,24 @@ def print_report(r: dict[str, Any]) -> None:
 def _print_table(runs: list[dict[str, Any]]) -> None:
     p = print
     p(
-        f"{'':37s}{'submit->SUCCEEDED':>17s}  {'created->finished':>17s}"
-        f"{'GetTask':>9s}  {'CPU ms/action':>13s}"
+        f"{'':37s}{'submit->SUCCEEDED':>17s} {'SubmitTask':>10s}  {'created->finished':>17s}"
+        f"{'GetTask':>9s} {'reach CPU':>10s}"
     )
     p(
         f"{'engine':10s} {'c':>3s} {'actions':>7s} {'act/s':>6s} {'÷ceiling':>8s} "
-        f"{'p50 ms':>8s} {'p99 ms':>8s}  {'p50 ms':>8s} {'p99 ms':>8s} {'/action':>8s}  "
-        f"{'reach':>6s} {'bench':>6s}  deliveries"
+        f"{'p50 ms':>8s} {'p99 ms':>8s} {'p50 ms':>10s}  {'p50 ms':>8s} {'p99 ms':>8s} "
+        f"{'/action':>8s} {'ms/action':>10s}  deliveries"
     )
     for run in runs:
-        lat, srv = run["latency"], run["server_latency"]
-        cpu, d = run["cpu_ms_per_action"], run["deliveries"]
+        lat, srv, sub = run["latency"], run["server_latency"], run["submit_latency"]
+        d = run["deliveries"]
         verdict = "ok" if d["ok"] else "WRONG"
         p(
             f"{run['engine']:10s} {run['concurrency']:3d} {run['actions']:7d} "
             f"{run['actions_per_s']:6.1f} {100 * run['ratio_to_ceiling']:6.2f} % "
-            f"{lat['p50_ms']:8.1f} {lat['p99_ms']:8.1f}  {srv['p50_ms']:8.1f} {srv['p99_ms']:8.1f} "
-            f"{run['get_calls_per_action']:8.2f}  {cpu['reach']:6.2f} {cpu['bench']:6.2f}  "
-            f"{d['posts']}/{d['actions']} {verdict}"
+            f"{lat['p50_ms']:8.1f} {lat['p99_ms']:8.1f} {sub['p50_ms']:10.1f}  "
+            f"{srv['p50_ms']:8.1f} {srv['p99_ms']:8.1f} {run['get_calls_per_action']:8.2f} "
+            f"{run['cpu_ms_per_action']['reach']:10.2f}  {d['posts']}/{d['actions']} {verdict}"
         )
 
 
@@ -391,6 +409,7 @@ def main(argv: list[str] | None = None) -> int:
         "runs": [],
         "profiles": {},
         "service_exit_codes": {},
+        "service_logs": {},
     }
     numbers = itertools.count(1)
     try:
@@ -408,9 +427,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         log("interrupted; everything started was stopped")
         return 130
+    except (RuntimeError, OSError, psycopg.Error) as exc:
+        log(f"failed: {exc}; everything started was stopped")
+        return 1
     finally:
         shutil.rmtree(tmp_root, ignore_errors=True)
     report["total_seconds"] = time.perf_counter() - started
+    report["config"]["loadavg_at_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print_report(report)
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
@@ -427,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
-    bad_exit = {e: code for e, code in report["service_exit_codes"].items() if code not in (0,)}
+    bad_exit = {e: code for e, code in report["service_exit_codes"].items() if code != 0}
     if bad_exit:
         print(f"the reach service did not stop cleanly: exit codes {bad_exit}", file=sys.stderr)
         return 1

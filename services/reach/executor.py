@@ -36,6 +36,7 @@ from services.reach.metrics import BREAKER_VALUES, ReachMetrics
 from services.reach.policy.breaker import CircuitBreaker
 from services.reach.policy.bucket import TokenBucket
 from services.reach.store import Change, Claim, ReachStore, Receipt, Settled
+from services.reach.watch import TaskChanges
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,7 @@ class Executor:
         mask: Callable[[str], str],
         metrics: ReachMetrics,
         worker_id: str,
+        changes: TaskChanges,
         rng: random.Random | None = None,
     ) -> None:
         self._store = store
@@ -65,6 +67,7 @@ class Executor:
         self._mask = mask
         self._metrics = metrics
         self._worker = worker_id
+        self._changes = changes
         self._rng = rng or random.Random()
         self._wake = asyncio.Event()
         self._alert_lock = asyncio.Lock()
@@ -521,6 +524,7 @@ class Executor:
         if not settled.applied:
             log.warning("lost the lease of action %s; its new owner decides", claim.action_id)
             return settled
+        self._changes.notify(claim.task_id)
         self._metrics.transitions.labels(claim.channel, change.to_state).inc()
         if change.to_state in st.FINAL:
             self._metrics.latency.labels(claim.channel).observe(time.time() - claim.created_at)

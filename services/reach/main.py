@@ -22,6 +22,7 @@ from services.reach.config import ReachConfig, load_config
 from services.reach.executor import Executor
 from services.reach.metrics import ReachMetrics
 from services.reach.store import ReachStore
+from services.reach.watch import TaskChanges
 from services.storage.engine import init_schema, make_engine, make_sessions
 from services.storage.keys import authenticator_for
 
@@ -51,12 +52,13 @@ async def _run(settings: Settings, config: ReachConfig, channels: dict[str, Chan
     metrics.count_states_from(store.count_by_state)
     if settings.metrics_listen:
         metrics.serve(settings.metrics_listen)
-    executor = Executor(store, config, channels, mask, metrics, settings.worker_id)
+    changes = TaskChanges()
+    executor = Executor(store, config, channels, mask, metrics, settings.worker_id, changes)
     for channel in channels.values():
         await channel.start()
     stop = asyncio.Event()
     running = asyncio.create_task(executor.run(stop))
-    servicer = ReachServicer(store, config, channels, executor.breakers, executor.wake)
+    servicer = ReachServicer(store, config, channels, executor.breakers, executor.wake, changes)
 
     async def wind_down() -> None:
         stop.set()

@@ -26,10 +26,11 @@ from services.reach.channels.base import Channel, Outgoing
 from services.reach.config import ReachConfig
 from services.reach.planning import plan_task, trace_from_metadata
 from services.reach.policy.breaker import CircuitBreaker
-from services.reach.store import Change, ReachStore
+from services.reach.store import Change, ReachStore, Settled
+from services.reach.watch import TaskChanges
+from services.storage.reach_models import ReachActionRow
 
 MAX_WAIT_MS = 30_000
-WAIT_STEP_SECONDS = 0.05
 MAX_NOTE = 2000
 _UNSENT = (st.BLOCKED, st.READY)
 _SENT_OPEN = (st.PENDING, st.UNKNOWN, st.NEEDS_REVIEW)
@@ -43,12 +44,14 @@ class ReachServicer(pb_grpc.ReachServiceServicer):
         channels: Mapping[str, Channel],
         breakers: Mapping[str, CircuitBreaker],
         wake: Callable[[], None],
+        changes: TaskChanges,
     ) -> None:
         self._store = store
         self._config = config
         self._channels = channels
         self._breakers = breakers
         self._wake = wake
+        self._changes = changes
 
     # --- submitting ------------------------------------------------------------------------
 
@@ -147,19 +150,21 @@ class ReachServicer(pb_grpc.ReachServiceServicer):
         when it is finished, or when ``wait_ms`` has passed. Reads the store, so a change
         made by any reach process ends the wait."""
         deadline = time.monotonic() + wait_ms / 1000
-        first = await asyncio.to_thread(self._store.task_version, tenant, task_id)
-        if first is None:
-            return  # the caller gets the not-found answer at once
-        version, state = first
-        baseline = known or version
-        while version == baseline and state not in st.TASK_FINAL:
-            if time.monotonic() >= deadline:
-                return
-            await asyncio.sleep(WAIT_STEP_SECONDS)
-            current = await asyncio.to_thread(self._store.task_version, tenant, task_id)
-            if current is None:
-                return
-            version, state = current
+        with self._changes.watching(task_id) as changed:
+            first = await asyncio.to_thread(self._store.task_version, tenant, task_id)
+            if first is None:
+                return  # the caller gets the not-found answer at once
+            version, state = first
+            baseline = known or version
+            while version == baseline and state not in st.TASK_FINAL:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                await self._changes.wait(changed, left)
+                current = await asyncio.to_thread(self._store.task_version, tenant, task_id)
+                if current is None:
+                    return
+                version, state = current
 
     async def ListTasks(
         self, request: pb.ListTasksRequest, context: grpc.aio.ServicerContext
@@ -247,9 +252,7 @@ class ReachServicer(pb_grpc.ReachServiceServicer):
             )
             return await self._cancel_answer(who.tenant, row.action_id, False, reason)
         if row.state in _UNSENT:
-            done = await asyncio.to_thread(
-                self._store.settle_unleased, who.tenant, row.action_id, _UNSENT, cancelled
-            )
+            done = await self._settle_unleased(who.tenant, row, _UNSENT, cancelled)
             if done.applied:
                 return await self._cancel_answer(who.tenant, row.action_id, True, None)
             return await self._cancel_answer(
@@ -284,11 +287,19 @@ class ReachServicer(pb_grpc.ReachServiceServicer):
             )
             return await self._cancel_answer(who.tenant, row.action_id, False, reason)
         cancelled.reason = "cancelled_at_receiver"
-        done = await asyncio.to_thread(
-            self._store.settle_unleased, who.tenant, row.action_id, _SENT_OPEN, cancelled
-        )
+        done = await self._settle_unleased(who.tenant, row, _SENT_OPEN, cancelled)
         reason = None if done.applied else _in_flight(row.action_id)
         return await self._cancel_answer(who.tenant, row.action_id, done.applied, reason)
+
+    async def _settle_unleased(
+        self, tenant: str, row: ReachActionRow, expected: tuple[str, ...], change: Change
+    ) -> Settled:
+        settled = await asyncio.to_thread(
+            self._store.settle_unleased, tenant, row.action_id, expected, change
+        )
+        if settled.applied:
+            self._changes.notify(row.task_id)
+        return settled
 
     async def _cancel_answer(
         self,
@@ -345,9 +356,7 @@ class ReachServicer(pb_grpc.ReachServiceServicer):
                 "data": {"final": True},
             }
             change.failure_kind = row.failure_kind or "technical"
-        done = await asyncio.to_thread(
-            self._store.settle_unleased, who.tenant, row.action_id, tuple(st.RESOLVABLE), change
-        )
+        done = await self._settle_unleased(who.tenant, row, tuple(st.RESOLVABLE), change)
         if not done.applied:
             raise errors.ReachstoreError(
                 errors.ACTION_IN_FLIGHT,
