@@ -68,9 +68,9 @@ from _reach_service import CHANNEL, ReachProcess, postgres_database  # noqa: E40
 from _report import machine_facts  # noqa: E402
 from _stats import latency_stats  # noqa: E402
 
-from services.reach.api.servicer import WAIT_STEP_SECONDS  # noqa: E402
 from services.reach.config import ReachConfig  # noqa: E402
 from services.reach.executor import IDLE_POLL_SECONDS  # noqa: E402
+from services.reach.watch import FALLBACK_POLL_SECONDS  # noqa: E402
 
 CEILING_WARMUP = 200
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
@@ -316,14 +316,14 @@ def print_report(r: dict[str, Any]) -> None:
         if v["first_problem"]:
             p(f"  first warning/error of {engine}: {v['first_problem']}")
     p(
-        f"GetTask's wait re-reads the task every {1000 * WAIT_STEP_SECONDS:.0f} ms "
-        "(services/reach/api/servicer.py): a change is"
+        "GetTask's wait ends when the executor of the same process records a change "
+        f"(services/reach/watch.py; other processes' changes are seen within "
+        f"{1000 * FALLBACK_POLL_SECONDS:.0f} ms)."
     )
     p(
-        f"  seen up to that late. The executor's idle poll ({IDLE_POLL_SECONDS:g} s) is not on "
-        "the path: SubmitTask wakes"
+        f"  The executor's idle poll ({IDLE_POLL_SECONDS:g} s) is not on the path: SubmitTask "
+        "wakes the executor of its own process."
     )
-    p("  the executor of its own process.")
     for engine, prof in r["profiles"].items():
         if "samples" in prof:
             _print_profile(engine, prof)
