@@ -40,7 +40,7 @@ _KINDS = {"business": pb.FAILURE_KIND_BUSINESS, "technical": pb.FAILURE_KIND_TEC
 REPORTED = frozenset({st.FAILED, st.SKIPPED, st.CANCELLED, st.UNKNOWN, st.NEEDS_REVIEW})
 
 
-def action_state(name: str) -> pb.ActionState.ValueType:
+def action_state(name: str) -> pb.ActionState:
     return _ACTION_STATES.get(name, pb.ACTION_STATE_UNSPECIFIED)
 
 

@@ -288,8 +288,8 @@ class ReachServicer(pb_grpc.ReachServiceServicer):
             return await self._cancel_answer(who.tenant, row.action_id, False, reason)
         cancelled.reason = "cancelled_at_receiver"
         done = await self._settle_unleased(who.tenant, row, _SENT_OPEN, cancelled)
-        reason = None if done.applied else _in_flight(row.action_id)
-        return await self._cancel_answer(who.tenant, row.action_id, done.applied, reason)
+        lost = None if done.applied else _in_flight(row.action_id)
+        return await self._cancel_answer(who.tenant, row.action_id, done.applied, lost)
 
     async def _settle_unleased(
         self, tenant: str, row: ReachActionRow, expected: tuple[str, ...], change: Change
