@@ -279,11 +279,12 @@ class ReachStore:
     def get_task(
         self, tenant: str, task_id: str
     ) -> tuple[ReachTaskRow, list[ReachActionRow]] | None:
-        with self._sessions() as session:
-            task = session.get(ReachTaskRow, task_id)
-            if task is None or task.tenant != tenant:
-                return None
-            return task, self._actions_of(session, task_id)
+        found = self._tasks_with_actions(
+            select(ReachTaskRow.task_id).where(
+                ReachTaskRow.task_id == task_id, ReachTaskRow.tenant == tenant
+            )
+        )
+        return found[0] if found else None
 
     def task_version(self, tenant: str, task_id: str) -> tuple[int, str] | None:
         with self._sessions() as session:
@@ -304,33 +305,38 @@ class ReachStore:
         before: str | None,
     ) -> list[tuple[ReachTaskRow, list[ReachActionRow]]]:
         """Newest first; ``before`` is the last task id of the previous page."""
-        with self._sessions() as session:
-            stmt = select(ReachTaskRow).where(ReachTaskRow.tenant == tenant)
-            if state:
-                stmt = stmt.where(ReachTaskRow.state == state)
-            if entity_id:
-                stmt = stmt.where(ReachTaskRow.entity_id == entity_id)
-            if channel:
-                stmt = stmt.where(
-                    exists().where(
-                        ReachActionRow.task_id == ReachTaskRow.task_id,
-                        ReachActionRow.channel == channel,
-                    )
+        stmt = select(ReachTaskRow.task_id).where(ReachTaskRow.tenant == tenant)
+        if state:
+            stmt = stmt.where(ReachTaskRow.state == state)
+        if entity_id:
+            stmt = stmt.where(ReachTaskRow.entity_id == entity_id)
+        if channel:
+            stmt = stmt.where(
+                exists().where(
+                    ReachActionRow.task_id == ReachTaskRow.task_id,
+                    ReachActionRow.channel == channel,
                 )
-            if before is not None:
-                stmt = stmt.where(ReachTaskRow.task_id < before)
-            tasks = list(session.scalars(stmt.order_by(ReachTaskRow.task_id.desc()).limit(limit)))
-            if not tasks:
-                return []
-            rows = session.scalars(
-                select(ReachActionRow)
-                .where(ReachActionRow.task_id.in_([t.task_id for t in tasks]))
-                .order_by(ReachActionRow.position)
             )
-            by_task: dict[str, list[ReachActionRow]] = {}
-            for row in rows:
-                by_task.setdefault(row.task_id, []).append(row)
-            return [(t, by_task.get(t.task_id, [])) for t in tasks]
+        if before is not None:
+            stmt = stmt.where(ReachTaskRow.task_id < before)
+        return self._tasks_with_actions(stmt.order_by(ReachTaskRow.task_id.desc()).limit(limit))
+
+    def _tasks_with_actions(self, task_ids: Any) -> list[tuple[ReachTaskRow, list[ReachActionRow]]]:
+        """The tasks ``task_ids`` selects, newest first, with their actions — read in ONE
+        statement, so a task and its actions always come from the same moment (two reads
+        could show a task still running next to actions that all finished)."""
+        page = task_ids.subquery()
+        with self._sessions() as session:
+            rows = session.execute(
+                select(ReachTaskRow, ReachActionRow)
+                .join(ReachActionRow, ReachActionRow.task_id == ReachTaskRow.task_id)
+                .where(ReachTaskRow.task_id.in_(select(page.c.task_id)))
+                .order_by(ReachTaskRow.task_id.desc(), ReachActionRow.position)
+            ).all()
+        found: dict[str, tuple[ReachTaskRow, list[ReachActionRow]]] = {}
+        for task, action in rows:
+            found.setdefault(task.task_id, (task, []))[1].append(action)
+        return list(found.values())
 
     def get_action(
         self, tenant: str, action_id: str
