@@ -54,12 +54,14 @@ DEMO_TEXT = (
 )
 
 # Offsets from --grpc-port-base, in this order. Reach and audit join in their own issues.
-COMPONENT_PORT_OFFSETS = {"query": 0, "ingest": 1, "reach": 2}
+COMPONENT_PORT_OFFSETS = {"query": 0, "ingest": 1, "reach": 2, "audit": 3}
 # The Prometheus endpoints of the query and reach services, derived from the base so that
 # two systems on different bases never collide.
 METRICS_PORT_OFFSET = 9
 REACH_METRICS_PORT_OFFSET = 8
-PII_SECRET_FILE = "pii.secret"
+# Secrets `up` makes once and keeps in the data folder, readable by the owner only, unless
+# the environment sets them: the PII masking key and the audit signing key.
+KEPT_SECRETS = {"REACHSTORE_PII_SECRET": "pii.secret", "REACHSTORE_AUDIT_KEY": "audit.key"}
 
 
 def _fail(message: str) -> None:
@@ -212,10 +214,10 @@ def _seed_demo(ingest_addr: str, deadline: float, metadata: list[tuple[str, str]
             raise RuntimeError(f"seeding the demo namespace failed: {task.error.error_code}")
 
 
-def _pii_secret(data_dir: Path) -> str:
-    """The masking secret `up` keeps in the data folder (made once, readable by the owner
-    only), so masked values stay joinable across restarts."""
-    path = data_dir / PII_SECRET_FILE
+def kept_secret(data_dir: Path, file_name: str) -> str:
+    """A secret `up` keeps in the data folder (made once, readable by the owner only), so
+    masked values stay joinable and checkpoints verifiable across restarts."""
+    path = data_dir / file_name
     if not path.exists():
         data_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -245,6 +247,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             "REACHSTORE_QUERY_ADDR": addr["query"],
             "REACHSTORE_INGEST_ADDR": addr["ingest"],
             "REACHSTORE_REACH_ADDR": addr["reach"],
+            "REACHSTORE_AUDIT_ADDR": addr["audit"],
         }
     )
     if args.require_keys:
@@ -258,8 +261,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         _fail(f"bad setting: {exc}")
         return 2
-    if not env.get("REACHSTORE_PII_SECRET"):
-        env["REACHSTORE_PII_SECRET"] = _pii_secret(data_dir)
+    for variable, file_name in KEPT_SECRETS.items():
+        if not env.get(variable):
+            env[variable] = kept_secret(data_dir, file_name)
     if not settings.require_keys and not _is_loopback(args.host):
         _fail(
             f"refusing to listen on {args.host} without API keys: anyone who can reach it could "

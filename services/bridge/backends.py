@@ -18,6 +18,7 @@ from google.protobuf.message import Message
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from reachstore.admin.v1 import key_service_pb2
+from reachstore.audit.v1 import audit_service_pb2
 from reachstore.ingest.v1 import ingest_service_pb2
 from reachstore.query.v1 import query_service_pb2
 from reachstore.reach.v1 import reach_service_pb2
@@ -30,6 +31,7 @@ QUERY_SERVICE = query_service_pb2.DESCRIPTOR.services_by_name["QueryService"]
 INGEST_SERVICE = ingest_service_pb2.DESCRIPTOR.services_by_name["IngestService"]
 KEY_SERVICE = key_service_pb2.DESCRIPTOR.services_by_name["KeyService"]
 REACH_SERVICE = reach_service_pb2.DESCRIPTOR.services_by_name["ReachService"]
+AUDIT_SERVICE = audit_service_pb2.DESCRIPTOR.services_by_name["AuditService"]
 
 # The services the bridge exposes. A new one joins with one line here and one address in
 # ``backend_addresses``.
@@ -38,6 +40,7 @@ DEFAULT_SERVICES: tuple[ServiceDescriptor, ...] = (
     INGEST_SERVICE,
     KEY_SERVICE,
     REACH_SERVICE,
+    AUDIT_SERVICE,
 )
 
 
@@ -48,8 +51,13 @@ def backend_addresses(settings: Settings) -> dict[str, str]:
         INGEST_SERVICE.full_name: settings.ingest_addr,
         KEY_SERVICE.full_name: settings.ingest_addr,  # hosted by the ingest process
         REACH_SERVICE.full_name: settings.reach_addr,
+        AUDIT_SERVICE.full_name: settings.audit_addr or DEFAULT_AUDIT_ADDR,
     }
 
+
+# Where the bridge looks for the audit service when REACHSTORE_AUDIT_ADDR is empty (the
+# services then keep their events in the outbox).
+DEFAULT_AUDIT_ADDR = "127.0.0.1:50054"
 
 Metadata = Sequence[tuple[str, str]]
 

@@ -26,8 +26,9 @@ from reachstore.common.v1 import access_pb2
 from services.common import errors
 
 # read: queries and look-ups; write: namespaces and documents; admin: keys; reach: send
-# actions to the outside world; operator: settle actions under review.
-SCOPES = ("read", "write", "admin", "reach", "operator")
+# actions to the outside world; operator: settle actions under review; auditor: read and
+# verify every tenant's audit trail; internal: services shipping audit events.
+SCOPES = ("read", "write", "admin", "reach", "operator", "auditor", "internal")
 LOCAL_TENANT = "default"
 _KEY_RE = re.compile(r"rsk_([0-9a-f]{16})_([A-Za-z0-9_-]{20,128})")
 # Compared against when the key id is unknown, so both failures cost the same work.

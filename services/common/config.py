@@ -31,6 +31,26 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
     "REACHSTORE_QUERY_ADDR": ("127.0.0.1:50051", "host:port of the query service."),
     "REACHSTORE_INGEST_ADDR": ("127.0.0.1:50052", "host:port of the ingest service."),
     "REACHSTORE_REACH_ADDR": ("127.0.0.1:50053", "host:port of the reach service."),
+    "REACHSTORE_AUDIT_ADDR": (
+        "",
+        "host:port of the audit service, where every service ships its audit events. "
+        "Empty: events stay in the outbox (nothing is lost) until it is set.",
+    ),
+    "REACHSTORE_AUDIT_KEY": (
+        "",
+        "Secret (16+ bytes) the audit service signs checkpoints with; `up` keeps one in "
+        "the data folder. Also needed by `reachstore audit verify`.",
+    ),
+    "REACHSTORE_AUDIT_CHECKPOINT_S": ("60", "Seconds between signed checkpoints of the chains."),
+    "REACHSTORE_AUDIT_READS": (
+        "false",
+        "true: reads (queries, look-ups, listings) are audited too, not only changes.",
+    ),
+    "REACHSTORE_AUDIT_SHIPPER_KEY": (
+        "",
+        "API key (scope internal) the services ship audit events with when keys are "
+        "required; `up` mints one at start.",
+    ),
     "REACHSTORE_REACH_CONFIG": (
         "",
         "Path of the reach configuration file (TOML: channels, limits, rules). Empty: no "
@@ -121,6 +141,10 @@ class Settings:
     query_addr: str
     ingest_addr: str
     reach_addr: str
+    audit_addr: str
+    audit_checkpoint_s: int
+    audit_reads: bool
+    audit_shipper_key: str
     reach_config: Path | None
     worker_id: str
     metrics_listen: str
@@ -161,6 +185,12 @@ class Settings:
             query_addr=_address(env, "REACHSTORE_QUERY_ADDR"),
             ingest_addr=_address(env, "REACHSTORE_INGEST_ADDR"),
             reach_addr=_address(env, "REACHSTORE_REACH_ADDR"),
+            audit_addr=_address(env, "REACHSTORE_AUDIT_ADDR")
+            if env.get("REACHSTORE_AUDIT_ADDR")
+            else "",
+            audit_checkpoint_s=_int(env, "REACHSTORE_AUDIT_CHECKPOINT_S", 1),
+            audit_reads=_bool(env, "REACHSTORE_AUDIT_READS"),
+            audit_shipper_key=env.get("REACHSTORE_AUDIT_SHIPPER_KEY", ""),
             reach_config=Path(env["REACHSTORE_REACH_CONFIG"])
             if env.get("REACHSTORE_REACH_CONFIG")
             else None,

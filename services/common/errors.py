@@ -494,6 +494,11 @@ PENDING_STALLED = _entry(
     retry_after_ms=30_000,
 )
 
+# --- audit -----------------------------------------------------------------------------------
+AUDIT_EVENT_NOT_FOUND = _entry(
+    "AUDIT_EVENT_NOT_FOUND", _P, _S.NOT_FOUND, "The tenant's audit trail has no event with this id."
+)
+
 # --- server side ---------------------------------------------------------------------------
 SERVICE_UNAVAILABLE = _entry(
     "SERVICE_UNAVAILABLE",

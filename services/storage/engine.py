@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
-from services.storage import reach_models  # noqa: F401 - registers the reach tables
+from services.storage import audit_models, reach_models  # noqa: F401 - registers their tables
 from services.storage.models import Base
 
 

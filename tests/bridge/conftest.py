@@ -21,13 +21,20 @@ import uvicorn
 from google.protobuf import descriptor_pb2, descriptor_pool, text_format
 
 from reachstore.admin.v1 import key_service_pb2_grpc as key_grpc
+from reachstore.audit.v1 import audit_service_pb2_grpc as audit_grpc
 from reachstore.ingest.v1 import ingest_service_pb2 as ingest_pb2
 from reachstore.ingest.v1 import ingest_service_pb2_grpc as ingest_grpc
 from reachstore.query.v1 import query_service_pb2 as query_pb2
 from reachstore.query.v1 import query_service_pb2_grpc as query_grpc
 from reachstore.reach.v1 import reach_service_pb2_grpc as reach_grpc
 from services.bridge.app import create_app
-from services.bridge.backends import INGEST_SERVICE, KEY_SERVICE, QUERY_SERVICE, REACH_SERVICE
+from services.bridge.backends import (
+    AUDIT_SERVICE,
+    INGEST_SERVICE,
+    KEY_SERVICE,
+    QUERY_SERVICE,
+    REACH_SERVICE,
+)
 from services.bridge.main import bind_socket, uvicorn_config
 from services.common import errors
 from services.common.config import Settings
@@ -40,6 +47,7 @@ SERVICE_NAMES = [
     INGEST_SERVICE.full_name,
     KEY_SERVICE.full_name,
     REACH_SERVICE.full_name,
+    AUDIT_SERVICE.full_name,
 ]
 
 
@@ -232,6 +240,7 @@ class Backend:
                 "REACHSTORE_QUERY_ADDR": self.address,
                 "REACHSTORE_INGEST_ADDR": self.address,
                 "REACHSTORE_REACH_ADDR": self.address,
+                "REACHSTORE_AUDIT_ADDR": self.address,
                 "REACHSTORE_LISTEN": "127.0.0.1:0",
             }
         )
@@ -251,6 +260,9 @@ async def _start_backend() -> Backend:
         ),
         lambda server: reach_grpc.add_ReachServiceServicer_to_server(
             reach_grpc.ReachServiceServicer(), server
+        ),
+        lambda server: audit_grpc.add_AuditServiceServicer_to_server(
+            audit_grpc.AuditServiceServicer(), server
         ),
     ]
     server, port, health = create_server(registrars, SERVICE_NAMES, "127.0.0.1:0")

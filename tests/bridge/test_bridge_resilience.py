@@ -183,6 +183,7 @@ def test_main_logs_json_to_stderr_only_and_stops_cleanly_on_sigterm(backend: Bac
         "REACHSTORE_QUERY_ADDR": backend.address,
         "REACHSTORE_INGEST_ADDR": backend.address,
         "REACHSTORE_REACH_ADDR": backend.address,
+        "REACHSTORE_AUDIT_ADDR": backend.address,
     }
     process = subprocess.Popen(
         [sys.executable, "-m", "services.bridge.main"],

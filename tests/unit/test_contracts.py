@@ -7,13 +7,20 @@ from google.api import annotations_pb2
 from google.protobuf import descriptor
 
 from reachstore.admin.v1 import key_service_pb2
+from reachstore.audit.v1 import audit_service_pb2
 from reachstore.common.v1 import access_pb2, partial_failure_pb2
 from reachstore.ingest.v1 import ingest_service_pb2
 from reachstore.query.v1 import query_service_pb2
 from reachstore.reach.v1 import reach_service_pb2
 from services.common.auth import SCOPES
 
-SERVICE_FILES = [query_service_pb2, ingest_service_pb2, key_service_pb2, reach_service_pb2]
+SERVICE_FILES = [
+    query_service_pb2,
+    ingest_service_pb2,
+    key_service_pb2,
+    reach_service_pb2,
+    audit_service_pb2,
+]
 METHODS = [
     method
     for module in SERVICE_FILES

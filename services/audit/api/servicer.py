@@ -1,0 +1,238 @@
+"""AuditService: append (internal), list, get, verify and read checkpoints.
+
+Ordinary callers see their own tenant's chain; the auditor scope sees every tenant's.
+Parameters are masked again on append (masking is idempotent): a service that forgot
+cannot put raw personal data into the trail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+from typing import Any
+
+import grpc
+from google.protobuf import json_format
+
+from reachstore.audit.v1 import audit_service_pb2 as pb
+from reachstore.audit.v1 import audit_service_pb2_grpc as pb_grpc
+from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
+from services.audit import verify as checks
+from services.audit.chain import Signer, canonical_json
+from services.audit.store import AuditStore, EventFilter
+from services.common import errors, names, paging
+from services.common.auth import Caller
+from services.common.identity import caller
+from services.common.pii import Masker
+from services.storage.audit_models import AuditEventRow
+
+MAX_BATCH = 1000
+_BREAKS = {
+    checks.EDITED: pb.BREAK_KIND_EDITED,
+    checks.DELETED: pb.BREAK_KIND_DELETED,
+    checks.INSERTED: pb.BREAK_KIND_INSERTED,
+    checks.REORDERED: pb.BREAK_KIND_REORDERED,
+    checks.TRUNCATED: pb.BREAK_KIND_TRUNCATED,
+    checks.FORGED_CHECKPOINT: pb.BREAK_KIND_FORGED_CHECKPOINT,
+    checks.REWRITTEN: pb.BREAK_KIND_REWRITTEN,
+}
+_CATEGORIES = {
+    name.removeprefix("CATEGORY_").lower(): value
+    for name, value in pf_pb2.Category.items()
+    if value != pf_pb2.CATEGORY_UNSPECIFIED
+}
+
+
+def event_to_pb(row: AuditEventRow) -> pb.AuditEvent:
+    message = pb.AuditEvent(
+        event_id=row.event_id,
+        time=row.time,
+        tenant=row.tenant,
+        caller_key_id=row.caller_key_id,
+        service=row.service,
+        method=row.method,
+        idempotency_key=row.idempotency_key,
+        result_status=row.result_status,
+        error_code=row.error_code,
+        category=_CATEGORIES.get(row.category, pf_pb2.CATEGORY_UNSPECIFIED),
+        duration_ms=row.duration_ms,
+        trace_id=row.trace_id,
+        seq=row.seq,
+        prev_hash=row.prev_hash,
+        hash=row.hash,
+    )
+    message.params.update(json.loads(row.params_json))
+    return message
+
+
+def _event_fields(message: pb.AuditEvent, masker: Masker, index: int) -> dict[str, Any]:
+    """The stored fields of an appended event, checked and masked."""
+    where = f"events[{index}]"
+    if not 1 <= len(message.event_id) <= 64:
+        raise errors.invalid(f"{where}.event_id", "1 to 64 characters")
+    if not 1 <= len(message.tenant) <= 64:
+        raise errors.invalid(f"{where}.tenant", "the tenant, 1 to 64 characters")
+    try:
+        dt.datetime.fromisoformat(message.time)
+    except ValueError:
+        raise errors.invalid(f"{where}.time", "an RFC 3339 time") from None
+    if not message.service or not message.method:
+        raise errors.invalid(f"{where}.service", "service and method are required")
+    params = masker.mask_value(json_format.MessageToDict(message.params))
+    category = ""
+    if message.category:
+        category = pf_pb2.Category.Name(message.category).removeprefix("CATEGORY_").lower()
+    return {
+        "event_id": message.event_id,
+        "time": message.time,
+        "tenant": message.tenant,
+        "caller_key_id": message.caller_key_id[:32],
+        "service": message.service[:32],
+        "method": message.method[:64],
+        "idempotency_key": masker.mask_text(message.idempotency_key)[:512],
+        "params_json": canonical_json(params),
+        "result_status": (message.result_status or "ok")[:32],
+        "error_code": message.error_code[:64],
+        "category": category,
+        "duration_ms": max(0, message.duration_ms),
+        "trace_id": message.trace_id[:32],
+    }
+
+
+class AuditServicer(pb_grpc.AuditServiceServicer):
+    def __init__(self, store: AuditStore, signer: Signer, masker: Masker) -> None:
+        self._store = store
+        self._signer = signer
+        self._masker = masker
+
+    async def AppendEvents(
+        self, request: pb.AppendEventsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.AppendEventsResponse:
+        if not 1 <= len(request.events) <= MAX_BATCH:
+            raise errors.invalid("events", f"1 to {MAX_BATCH} events per batch")
+        fields = [_event_fields(e, self._masker, i) for i, e in enumerate(request.events)]
+        appended, duplicates = await asyncio.to_thread(self._store.append, fields)
+        return pb.AppendEventsResponse(appended=appended, duplicates=duplicates)
+
+    async def ListEvents(
+        self, request: pb.ListEventsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListEventsResponse:
+        tenant = _tenant_for(caller(context), request.tenant)
+        size = names.page_size(request.page_size)
+        after = paging.decode_token(request.page_token)
+        if after is not None and not after.isdigit():
+            raise errors.invalid(
+                "page_token", "must be a next_page_token returned by the previous page"
+            )
+        where = EventFilter(
+            tenant=tenant,
+            caller_key_id=request.caller_key_id,
+            service=request.service,
+            method=request.method,
+            idempotency_key=request.idempotency_key,
+            trace_id=request.trace_id,
+            since=_time_bound("since", request.since),
+            until=_time_bound("until", request.until),
+        )
+        rows = await asyncio.to_thread(self._store.events, where, size + 1, int(after or 0))
+        page = rows[:size]
+        token = paging.encode_token(str(page[-1].seq)) if len(rows) > size else ""
+        return pb.ListEventsResponse(events=[event_to_pb(r) for r in page], next_page_token=token)
+
+    async def GetEvent(
+        self, request: pb.GetEventRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetEventResponse:
+        who = caller(context)
+        row = await asyncio.to_thread(self._store.get, request.event_id)
+        if row is None or (row.tenant != who.tenant and "auditor" not in who.scopes):
+            raise errors.ReachstoreError(
+                errors.AUDIT_EVENT_NOT_FOUND, structured_data={"event_id": request.event_id[:64]}
+            )
+        return pb.GetEventResponse(event=event_to_pb(row))
+
+    async def Verify(
+        self, request: pb.VerifyRequest, context: grpc.aio.ServicerContext
+    ) -> pb.VerifyResponse:
+        who = caller(context)
+        if request.all_tenants:
+            _require_auditor(who, "all_tenants")
+            tenants = await asyncio.to_thread(self._store.tenants)
+        else:
+            tenants = [_tenant_for(who, request.tenant)]
+        if request.from_seq < 0 or request.to_seq < 0:
+            raise errors.invalid("from_seq", "positions are 1 or more (0: the default)")
+        response = pb.VerifyResponse(ok=True)
+        for tenant in tenants:
+            report = await asyncio.to_thread(
+                self._store.verify,
+                tenant,
+                self._signer,
+                request.from_seq or 1,
+                request.to_seq or None,
+            )
+            response.tenants_checked += 1
+            response.events_checked += report.events_checked
+            response.checkpoints_checked += report.checkpoints_checked
+            if report.first_break is not None:
+                b = report.first_break
+                response.ok = False
+                response.first_break.CopyFrom(
+                    pb.ChainBreak(
+                        kind=_BREAKS[b.kind],
+                        tenant=b.tenant,
+                        seq=b.seq,
+                        event_id=b.event_id,
+                        detail=b.detail,
+                    )
+                )
+                break
+        return response
+
+    async def GetCheckpoint(
+        self, request: pb.GetCheckpointRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetCheckpointResponse:
+        tenant = _tenant_for(caller(context), request.tenant)
+        row = await asyncio.to_thread(self._store.latest_checkpoint, tenant)
+        response = pb.GetCheckpointResponse()
+        if row is not None:
+            response.checkpoint.CopyFrom(
+                pb.Checkpoint(
+                    tenant=row.tenant,
+                    seq=row.seq,
+                    head_hash=row.head_hash,
+                    signed_at=row.signed_at,
+                    key_id=row.key_id,
+                    signature=row.signature,
+                )
+            )
+        return response
+
+
+def _tenant_for(who: Caller, asked: str) -> str:
+    if not asked or asked == who.tenant:
+        return who.tenant
+    _require_auditor(who, "tenant")
+    return asked
+
+
+def _require_auditor(who: Caller, field: str) -> None:
+    if "auditor" not in who.scopes:
+        raise errors.ReachstoreError(
+            errors.AUTH_SCOPE_MISSING,
+            f"{field}: reading another tenant's audit trail needs the 'auditor' scope",
+            structured_data={"required_scope": "auditor", "field": field},
+        )
+
+
+def _time_bound(field: str, text: str) -> str:
+    """Normalises an RFC 3339 bound to the stored form (UTC, milliseconds, Z)."""
+    if not text:
+        return ""
+    try:
+        value = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise errors.invalid(field, "an RFC 3339 time, e.g. 2026-11-30T09:00:00Z") from None
+    if value.tzinfo is None:
+        raise errors.invalid(field, "needs an offset (Z or ±hh:mm)")
+    return value.astimezone(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

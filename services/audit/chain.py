@@ -1,0 +1,86 @@
+"""The hash chain and its signatures: what an event's hash covers, and how a checkpoint
+is signed.
+
+Each tenant has its own chain. A tenant's events can then be verified (and shown to that
+tenant) without reading anyone else's, and appends of different tenants never wait for
+each other; an auditor verifies every chain in turn.
+
+An event's hash is SHA-256 over a canonical JSON encoding of every stored field except
+its position, the previous event's hash included. The position is left out on purpose:
+the links carry the order, so an event that was moved still verifies on its own and the
+break shows as a reorder, not as an edit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from services.common.config_errors import ConfigError
+
+GENESIS = "0" * 64
+HASHED_FIELDS = (
+    "event_id",
+    "time",
+    "tenant",
+    "caller_key_id",
+    "service",
+    "method",
+    "idempotency_key",
+    "params_json",
+    "result_status",
+    "error_code",
+    "category",
+    "duration_ms",
+    "trace_id",
+    "prev_hash",
+)
+MIN_KEY_BYTES = 16
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def event_hash(event: Mapping[str, Any]) -> str:
+    """The hash of an event given as a mapping of (at least) ``HASHED_FIELDS``."""
+    body = canonical_json({field: event[field] for field in HASHED_FIELDS})
+    return hashlib.sha256(body.encode("utf-8")).hexdigest()
+
+
+class Signer:
+    """HMAC-SHA256 over a checkpoint's tenant, position, head hash and time.
+
+    HMAC rather than a public-key signature: the only verifier is reachstore itself (the
+    audit service and ``reachstore audit verify``), which holds the key anyway; the key
+    never sits in the database, so whoever can rewrite the tables cannot sign.
+    """
+
+    def __init__(self, key: bytes) -> None:
+        if len(key) < MIN_KEY_BYTES:
+            raise ConfigError(f"REACHSTORE_AUDIT_KEY: at least {MIN_KEY_BYTES} bytes")
+        self._key = key
+        self.key_id = "hmac-sha256:" + hashlib.sha256(key).hexdigest()[:16]
+
+    def sign(self, tenant: str, seq: int, head_hash: str, signed_at: str) -> str:
+        message = canonical_json([tenant, seq, head_hash, signed_at]).encode("utf-8")
+        return hmac.new(self._key, message, hashlib.sha256).hexdigest()
+
+    def verify(self, tenant: str, seq: int, head_hash: str, signed_at: str, signature: str) -> bool:
+        return hmac.compare_digest(self.sign(tenant, seq, head_hash, signed_at), signature)
+
+    def __repr__(self) -> str:
+        return f"Signer({self.key_id})"
+
+
+def signer_from_env(env: Mapping[str, str]) -> Signer:
+    key = env.get("REACHSTORE_AUDIT_KEY", "")
+    if not key:
+        raise ConfigError(
+            "REACHSTORE_AUDIT_KEY is not set: the audit service needs a key (16+ bytes) to "
+            "sign checkpoints (`reachstore up` keeps one in the data folder)"
+        )
+    return Signer(key.encode("utf-8"))

@@ -1,0 +1,221 @@
+"""The audit tables' reader and writer: appending to the chains, checkpoints, listing,
+and feeding ``verify.py``.
+
+Appending locks each tenant's head row (``FOR UPDATE`` on PostgreSQL; SQLite has one
+writer at a time), so a tenant's events get consecutive positions and each links to the
+one before, even with several audit replicas. Event ids are unique: a batch shipped twice
+(the shipper did not see the acknowledgement) stores nothing the second time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
+from services.audit.chain import GENESIS, Signer, event_hash
+from services.audit.verify import CheckpointRecord, Report, verify_chain
+from services.common.timefmt import rfc3339
+from services.storage.audit_models import AuditCheckpointRow, AuditEventRow, AuditHeadRow
+
+# Rows read per statement while verifying (keyset pages keep memory flat).
+VERIFY_PAGE = 5000
+
+
+@dataclasses.dataclass(frozen=True)
+class EventFilter:
+    tenant: str
+    caller_key_id: str = ""
+    service: str = ""
+    method: str = ""
+    idempotency_key: str = ""
+    trace_id: str = ""
+    since: str = ""
+    until: str = ""
+
+
+class AuditStore:
+    def __init__(self, sessions: sessionmaker[Session]) -> None:
+        self._sessions = sessions
+
+    # --- appending -------------------------------------------------------------------------
+
+    def append(self, events: Sequence[Mapping[str, Any]]) -> tuple[int, int]:
+        """Stores the events not stored yet, each at the end of its tenant's chain, in one
+        transaction. Returns (appended, duplicates)."""
+        for _ in range(5):
+            try:
+                return self._append_once(events)
+            except IntegrityError:
+                # Another appender stored one of these ids, or created a tenant's head,
+                # first: read again and store only what is still missing.
+                continue
+        raise RuntimeError("appending kept conflicting with concurrent appends")
+
+    def _append_once(self, events: Sequence[Mapping[str, Any]]) -> tuple[int, int]:
+        unique: dict[str, Mapping[str, Any]] = {}
+        for e in events:
+            unique.setdefault(e["event_id"], e)
+        with self._sessions.begin() as session:
+            stored = set(
+                session.scalars(
+                    select(AuditEventRow.event_id).where(AuditEventRow.event_id.in_(list(unique)))
+                )
+            )
+            fresh = [e for event_id, e in unique.items() if event_id not in stored]
+            by_tenant: dict[str, list[Mapping[str, Any]]] = {}
+            for e in fresh:
+                by_tenant.setdefault(e["tenant"], []).append(e)
+            for tenant in sorted(by_tenant):  # one lock order for every appender
+                head = session.scalar(
+                    select(AuditHeadRow).where(AuditHeadRow.tenant == tenant).with_for_update()
+                )
+                if head is None:
+                    head = AuditHeadRow(tenant=tenant, seq=0, hash=GENESIS)
+                    session.add(head)
+                    session.flush()
+                rows = []
+                for e in by_tenant[tenant]:
+                    fields = {**e, "prev_hash": head.hash}
+                    digest = event_hash(fields)
+                    rows.append(AuditEventRow(**fields, seq=head.seq + 1, hash=digest))
+                    head.seq, head.hash = head.seq + 1, digest
+                session.add_all(rows)
+            session.flush()
+        return len(fresh), len(events) - len(fresh)
+
+    # --- checkpoints -----------------------------------------------------------------------
+
+    def checkpoint(self, signer: Signer) -> int:
+        """Signs the head of every chain that moved since its last checkpoint."""
+        now = rfc3339(dt.datetime.now(dt.UTC))
+        written = 0
+        with self._sessions.begin() as session:
+            heads = session.scalars(select(AuditHeadRow)).all()
+            for head in heads:
+                last = self._latest(session, head.tenant)
+                if last is not None and last.seq >= head.seq:
+                    continue
+                session.add(
+                    AuditCheckpointRow(
+                        tenant=head.tenant,
+                        seq=head.seq,
+                        head_hash=head.hash,
+                        signed_at=now,
+                        key_id=signer.key_id,
+                        signature=signer.sign(head.tenant, head.seq, head.hash, now),
+                    )
+                )
+                written += 1
+        return written
+
+    @staticmethod
+    def _latest(session: Session, tenant: str) -> AuditCheckpointRow | None:
+        return session.scalar(
+            select(AuditCheckpointRow)
+            .where(AuditCheckpointRow.tenant == tenant)
+            .order_by(AuditCheckpointRow.seq.desc(), AuditCheckpointRow.id.desc())
+            .limit(1)
+        )
+
+    def latest_checkpoint(self, tenant: str) -> AuditCheckpointRow | None:
+        with self._sessions() as session:
+            return self._latest(session, tenant)
+
+    # --- reading ---------------------------------------------------------------------------
+
+    def get(self, event_id: str) -> AuditEventRow | None:
+        with self._sessions() as session:
+            return session.scalar(select(AuditEventRow).where(AuditEventRow.event_id == event_id))
+
+    def events(self, where: EventFilter, limit: int, after_seq: int) -> list[AuditEventRow]:
+        """Events of one tenant in chain order, after position ``after_seq``."""
+        with self._sessions() as session:
+            stmt = select(AuditEventRow).where(
+                AuditEventRow.tenant == where.tenant, AuditEventRow.seq > after_seq
+            )
+            for column, value in (
+                (AuditEventRow.caller_key_id, where.caller_key_id),
+                (AuditEventRow.service, where.service),
+                (AuditEventRow.method, where.method),
+                (AuditEventRow.idempotency_key, where.idempotency_key),
+                (AuditEventRow.trace_id, where.trace_id),
+            ):
+                if value:
+                    stmt = stmt.where(column == value)
+            if where.since:
+                stmt = stmt.where(AuditEventRow.time >= where.since)
+            if where.until:
+                stmt = stmt.where(AuditEventRow.time < where.until)
+            return list(session.scalars(stmt.order_by(AuditEventRow.seq).limit(limit)))
+
+    def tenants(self) -> list[str]:
+        """Every tenant with a chain (a head, or events left after a head was removed)."""
+        with self._sessions() as session:
+            heads = set(session.scalars(select(AuditHeadRow.tenant)))
+            heads |= set(session.scalars(select(AuditEventRow.tenant).distinct()))
+            heads |= set(session.scalars(select(AuditCheckpointRow.tenant).distinct()))
+            return sorted(heads)
+
+    # --- verifying -------------------------------------------------------------------------
+
+    def verify(
+        self, tenant: str, signer: Signer, from_seq: int = 1, to_seq: int | None = None
+    ) -> Report:
+        start = (0, GENESIS)
+        if from_seq > 1:
+            with self._sessions() as session:
+                before = session.scalar(
+                    select(AuditEventRow).where(
+                        AuditEventRow.tenant == tenant, AuditEventRow.seq == from_seq - 1
+                    )
+                )
+            if before is not None:
+                start = (before.seq, before.hash)
+        with self._sessions() as session:
+            stmt = select(AuditCheckpointRow).where(
+                AuditCheckpointRow.tenant == tenant, AuditCheckpointRow.seq >= from_seq
+            )
+            checkpoints = [
+                CheckpointRecord(c.tenant, c.seq, c.head_hash, c.signed_at, c.signature)
+                for c in session.scalars(stmt.order_by(AuditCheckpointRow.seq))
+            ]
+        return verify_chain(
+            tenant,
+            self._chain_rows(tenant, from_seq, to_seq),
+            checkpoints,
+            signer,
+            lambda digest: self._seq_of_hash(tenant, digest),
+            start_after=start,
+            to_seq=to_seq,
+        )
+
+    def _chain_rows(
+        self, tenant: str, from_seq: int, to_seq: int | None
+    ) -> Iterator[AuditEventRow]:
+        after = from_seq - 1
+        while True:
+            with self._sessions() as session:
+                stmt = select(AuditEventRow).where(
+                    AuditEventRow.tenant == tenant, AuditEventRow.seq > after
+                )
+                if to_seq is not None:
+                    stmt = stmt.where(AuditEventRow.seq <= to_seq)
+                page = list(session.scalars(stmt.order_by(AuditEventRow.seq).limit(VERIFY_PAGE)))
+            yield from page
+            if len(page) < VERIFY_PAGE:
+                return
+            after = page[-1].seq
+
+    def _seq_of_hash(self, tenant: str, digest: str) -> int | None:
+        with self._sessions() as session:
+            return session.scalar(
+                select(AuditEventRow.seq).where(
+                    AuditEventRow.tenant == tenant, AuditEventRow.hash == digest
+                )
+            )
