@@ -31,6 +31,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from reachstore.ingest.v1 import ingest_service_pb2 as ingest_pb
 from reachstore.ingest.v1 import ingest_service_pb2_grpc as ingest_grpc
+from services.cli_audit import add_audit_parser
 from services.cli_keys import add_keys_parser
 from services.common.auth import LOCAL_TENANT
 from services.common.config import ConfigError, Settings
@@ -363,6 +364,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     up.set_defaults(func=cmd_up)
     add_keys_parser(commands)
+    add_audit_parser(commands)
     return parser
 
 

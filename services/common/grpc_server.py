@@ -8,16 +8,18 @@ status with a request id instead of a stack trace on the wire.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from grpc_status import rpc_status
 
+from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
 from services.common import errors, identity, limits
 from services.common.auth import Authenticator, Caller
 from services.common.limits import CallKind, RequestLimiter
@@ -39,31 +41,74 @@ async def abort_with(context: grpc.aio.ServicerContext, error: errors.Reachstore
     await context.abort_with_status(rpc_status.to_status(errors.to_rpc_status(error)))
 
 
+class AuditedCall(Protocol):
+    """The audit record of one call in progress (``services/audit/calls.py``)."""
+
+    async def end(self, status: grpc.StatusCode, error_code: str = "", category: str = "") -> None:
+        """Records how the call ended, unless its change already carried its event."""
+
+
+class CallAudit(Protocol):
+    def begin(
+        self,
+        method: str,
+        scope: str,
+        request: Any,
+        caller: Caller,
+        metadata: Sequence[tuple[str, str | bytes]],
+    ) -> AuditedCall | None:
+        """Starts the record of an audited call; None for a call that is not audited."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Guards:
+    """What stands in front of every handler: authentication, call rates, the audit."""
+
+    authenticator: Authenticator | None = None
+    limiter: RequestLimiter | None = None
+    audit: CallAudit | None = None
+
+
 def _wrap_unary(
     behavior: Callable[..., Awaitable[Any]],
     method: str,
-    authenticator: Authenticator | None,
-    limiter: RequestLimiter | None,
+    guards: Guards,
     metadata: Sequence[tuple[str, str | bytes]],
 ) -> Callable[..., Awaitable[Any]]:
+    authenticator = guards.authenticator
+
     async def handler(request: Any, context: grpc.aio.ServicerContext) -> Any:
         token = None
+        audited: AuditedCall | None = None
         try:
             if authenticator is not None and authenticator.guards(method):
                 who = authenticator.authenticate(method, metadata)
+                scope = authenticator.scope_of(method)
                 # The keyless local caller (development mode) is not rate limited.
-                if limiter is not None and who.key_id:
-                    _check_rate(limiter, who, authenticator.scope_of(method))
+                if guards.limiter is not None and who.key_id:
+                    _check_rate(guards.limiter, who, scope)
                 token = identity.set_caller(who)
-            return await behavior(request, context)
+                if guards.audit is not None:
+                    audited = guards.audit.begin(method, scope, request, who, metadata)
+            result = await behavior(request, context)
+            if audited is not None:
+                await audited.end(grpc.StatusCode.OK)
+            return result
         except errors.ReachstoreError as exc:
             log.info("rejected %s: %s %s", method, exc.code, exc.failure.message)
+            if audited is not None:
+                category = pf_pb2.Category.Name(exc.failure.category)
+                await audited.end(
+                    exc.spec.grpc_status, exc.code, category.removeprefix("CATEGORY_").lower()
+                )
             await abort_with(context, exc)
         except grpc.aio.AbortError:
             raise
         except Exception:  # noqa: BLE001 - the one place unexpected errors become INTERNAL
             request_id = uuid.uuid4().hex
             log.exception("internal error in %s (request_id=%s)", method, request_id)
+            if audited is not None:
+                await audited.end(grpc.StatusCode.INTERNAL, errors.INTERNAL.code, "transient")
             await abort_with(
                 context,
                 errors.ReachstoreError(
@@ -96,9 +141,8 @@ class _CallGuard(grpc.aio.ServerInterceptor):
     """Authenticates each call to our services, applies the call-rate limits, then runs it
     with our error translation."""
 
-    def __init__(self, authenticator: Authenticator | None, limiter: RequestLimiter | None) -> None:
-        self._authenticator = authenticator
-        self._limiter = limiter
+    def __init__(self, guards: Guards) -> None:
+        self._guards = guards
 
     async def intercept_service(
         self,
@@ -112,8 +156,7 @@ class _CallGuard(grpc.aio.ServerInterceptor):
             _wrap_unary(
                 handler.unary_unary,
                 handler_call_details.method,
-                self._authenticator,
-                self._limiter,
+                self._guards,
                 tuple(handler_call_details.invocation_metadata or ()),
             ),
             request_deserializer=handler.request_deserializer,
@@ -127,6 +170,7 @@ def create_server(
     address: str,
     authenticator: Authenticator | None = None,
     limiter: RequestLimiter | None = None,
+    audit: CallAudit | None = None,
 ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
     """Builds a server with our services, health and reflection, bound to ``address``.
 
@@ -134,7 +178,7 @@ def create_server(
     health servicer so the caller can flip serving states.
     """
     server = grpc.aio.server(
-        interceptors=[_CallGuard(authenticator, limiter)], options=GRPC_OPTIONS
+        interceptors=[_CallGuard(Guards(authenticator, limiter, audit))], options=GRPC_OPTIONS
     )
     names = list(service_names)
     for register in registrars:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from typing import Any
 
 from services.common.auth import Authenticator
-from services.common.grpc_server import Registrar, create_server, mark_serving
+from services.common.grpc_server import CallAudit, Registrar, create_server, mark_serving
 from services.common.limits import RequestLimiter
 
 log = logging.getLogger(__name__)
@@ -26,13 +27,17 @@ async def serve(
     before_stop: Callable[[], Awaitable[None]] | None = None,
     authenticator: Authenticator | None = None,
     limiter: RequestLimiter | None = None,
+    audit: CallAudit | None = None,
+    background: Iterable[Callable[[], Coroutine[Any, Any, None]]] = (),
 ) -> None:
     """Serves until a stop signal, then stops gracefully: no new calls, ``before_stop``
-    (background work winds down), ``on_stop``."""
+    (background work winds down), ``on_stop``. ``background`` coroutines (the audit
+    shipper) run while it serves and are cancelled when it stops."""
     server, port, health_servicer = create_server(
-        registrars, service_names, address, authenticator, limiter
+        registrars, service_names, address, authenticator, limiter, audit
     )
     await server.start()
+    tasks = [asyncio.create_task(work()) for work in background]
     await mark_serving(health_servicer, service_names)
     log.info("%s serving on %s (port %d)", component, address, port)
 
@@ -44,6 +49,9 @@ async def serve(
     log.info("%s stopping", component)
     await health_servicer.enter_graceful_shutdown()
     await server.stop(SHUTDOWN_GRACE_SECONDS)
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
     if before_stop is not None:
         await before_stop()
     if on_stop is not None:

@@ -8,6 +8,7 @@ import threading
 from reachstore.admin.v1 import key_service_pb2, key_service_pb2_grpc
 from reachstore.ingest.v1 import ingest_service_pb2, ingest_service_pb2_grpc
 from services.admin.api.keys import KeyServicer
+from services.audit.wiring import auditing
 from services.common import logs
 from services.common.config import Settings
 from services.common.limits import RequestLimiter
@@ -33,6 +34,7 @@ def main() -> None:
     engine = make_engine(settings.database_url)
     init_schema(engine)
     sessions = make_sessions(engine)
+    auditor, shipping, _ = auditing(sessions, settings, ["ingest", "admin"])
     store, tasks = SemanticStore(sessions), TaskStore(sessions)
     embedder = default_embedder(settings.embed_threads)
     worker = IngestWorker(store, tasks, embedder, settings.ingest_batch_chunks)
@@ -60,6 +62,8 @@ def main() -> None:
             on_stop=stop_worker,
             authenticator=authenticator_for(sessions, SERVICES, settings.require_keys),
             limiter=RequestLimiter(settings.limits),
+            audit=auditor,
+            background=shipping,
         )
     )
 

@@ -13,6 +13,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from reachstore.query.v1 import query_service_pb2, query_service_pb2_grpc  # noqa: E402
+from services.audit.wiring import auditing  # noqa: E402
 from services.common import logs  # noqa: E402
 from services.common.config import Settings  # noqa: E402
 from services.common.limits import RequestLimiter  # noqa: E402
@@ -54,6 +55,7 @@ async def _run(settings: Settings) -> None:
     indexes = IndexManager(store, settings.data_dir / "indexes", settings.fault_rebuild_delay_ms)
     indexes.warm()
     limiter = RequestLimiter(settings.limits)
+    auditor, shipping, _ = auditing(make_sessions(engine), settings, ["query"])
     metrics = QueryMetrics()
     if settings.metrics_listen:
         metrics.serve(settings.metrics_listen)
@@ -89,6 +91,8 @@ async def _run(settings: Settings) -> None:
         settings.listen,
         on_stop=on_stop,
         limiter=limiter,
+        audit=auditor,
+        background=shipping,
         authenticator=authenticator_for(
             make_sessions(engine),
             [query_service_pb2.DESCRIPTOR.services_by_name["QueryService"]],

@@ -11,7 +11,8 @@ import logging
 import os
 
 from reachstore.reach.v1 import reach_service_pb2, reach_service_pb2_grpc
-from services.common import logs, pii
+from services.audit.wiring import auditing
+from services.common import logs
 from services.common.config import Settings
 from services.common.limits import RequestLimiter
 from services.common.runner import serve
@@ -42,8 +43,8 @@ async def _run(settings: Settings, config: ReachConfig, channels: dict[str, Chan
     engine = make_engine(settings.database_url)
     init_schema(engine)
     sessions = make_sessions(engine)
-    store = ReachStore(sessions)
-    masker = pii.masker_from_env(os.environ)
+    auditor, shipping, masker = auditing(sessions, settings, ["reach"])
+    store = ReachStore(sessions, masker)
 
     def mask(text: str) -> str:
         return masker.bounded(text, SNIPPET_CHARS)
@@ -79,6 +80,8 @@ async def _run(settings: Settings, config: ReachConfig, channels: dict[str, Chan
         on_stop=engine.dispose,
         authenticator=authenticator_for(sessions, [SERVICE], settings.require_keys),
         limiter=RequestLimiter(settings.limits),
+        audit=auditor,
+        background=shipping,
     )
 
 

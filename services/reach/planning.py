@@ -14,13 +14,13 @@ import dataclasses
 import datetime as dt
 import hashlib
 import json
-import re
 import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from services.common import errors, names
 from services.common.auth import Caller
+from services.common.tracing import TRACE_RE
 from services.reach.channels.base import Channel, InvalidParams, Outgoing
 from services.reach.config import ReachConfig
 from services.reach.idempotency import build_key
@@ -30,8 +30,6 @@ MAX_ACTIONS = 50
 MAX_PARAMS_BYTES = 64 * 1024
 MAX_TEXT = 128
 MAX_DETAILS = 50
-_TRACE_RE = re.compile(r"[0-9a-f]{32}")
-_TRACEPARENT_RE = re.compile(r"[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,16 +136,6 @@ def plan_task(
         submitted_by=caller.key_id,
         actions=tuple(plans),
     )
-
-
-def trace_from_metadata(metadata: Sequence[tuple[str, str | bytes]]) -> str:
-    """The caller's trace id: W3C ``traceparent``, else ``x-trace-id``, else empty."""
-    values = {k: v if isinstance(v, str) else v.decode("latin-1") for k, v in metadata}
-    match = _TRACEPARENT_RE.fullmatch(values.get("traceparent", "").strip())
-    if match:
-        return match.group(1)
-    candidate = values.get("x-trace-id", "").strip().lower()
-    return candidate if _TRACE_RE.fullmatch(candidate) else ""
 
 
 def _check_action(
@@ -310,7 +298,7 @@ def _logical_time(text: str, now: dt.datetime) -> dt.datetime:
 
 def _trace_id(given: str, from_metadata: str) -> str:
     if given:
-        if not _TRACE_RE.fullmatch(given):
+        if not TRACE_RE.fullmatch(given):
             raise errors.invalid("trace_id", "32 lowercase hex characters (a W3C trace id)")
         return given
     return from_metadata or secrets.token_hex(16)

@@ -20,6 +20,7 @@ import datetime as dt
 import json
 import secrets
 import time
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,7 +28,10 @@ from sqlalchemy import exists, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from services.audit import outbox
 from services.common import errors
+from services.common.pii import Masker
+from services.common.timefmt import rfc3339
 from services.reach import states as st
 from services.storage.models import utcnow
 from services.storage.reach_models import (
@@ -144,8 +148,13 @@ class Settled:
 
 
 class ReachStore:
-    def __init__(self, sessions: sessionmaker[Session]) -> None:
+    """``masker`` given: every state change of an action also leaves an audit event in the
+    outbox, in the same transaction (the article's five fields: caller, idempotency key,
+    parameters, result, duration)."""
+
+    def __init__(self, sessions: sessionmaker[Session], masker: Masker | None = None) -> None:
         self._sessions = sessions
+        self._masker = masker
 
     # --- reservation -----------------------------------------------------------------------
 
@@ -532,6 +541,9 @@ class ReachStore:
             assert row is not None and before is not None
             if before != change.to_state or change.reason not in _QUIET_REASONS:
                 _history(session, row, before, change.to_state, change.reason, change.details, now)
+            if before != change.to_state or change.receipt is not None:
+                duration = change.receipt.duration_ms if change.receipt is not None else 0
+                self._audit(session, row, before, change.reason, duration)
             if change.receipt is not None:
                 r = change.receipt
                 session.add(
@@ -556,6 +568,16 @@ class ReachStore:
             session.flush()
             return Settled(True, task_state, tuple(a.id for a in alerts))
 
+    def _audit(
+        self, session: Session, row: ReachActionRow, before: str, reason: str, duration_ms: int
+    ) -> None:
+        if self._masker is None:
+            return
+        task = session.get(ReachTaskRow, row.task_id)
+        assert task is not None
+        fields = _action_event(row, task, before, reason, duration_ms, self._masker)
+        outbox.record(session, "reach", fields)
+
     def _after_action_change(
         self,
         session: Session,
@@ -569,7 +591,8 @@ class ReachStore:
         if changed.state != before and (
             changed.state == st.SUCCEEDED or changed.state in st.DID_NOT_HAPPEN
         ):
-            _propagate(session, actions, now)
+            for action, was, reason in _propagate(session, actions, now):
+                self._audit(session, action, was, reason, 0)
         task = session.get(ReachTaskRow, changed.task_id, populate_existing=True)
         assert task is not None
         new_state = st.task_state((a.state, a.required, a.attempts) for a in actions)
@@ -594,15 +617,62 @@ class ReachStore:
         return new_state
 
 
+def _action_event(
+    row: ReachActionRow,
+    task: ReachTaskRow,
+    before: str,
+    reason: str,
+    duration_ms: int,
+    masker: Masker,
+) -> dict[str, Any]:
+    """The audit event of an action's state change."""
+    failure = json.loads(row.failure_json) if row.failure_json else {}
+    code = failure.get("code", "") if row.state != st.SUCCEEDED else ""
+    category = ""
+    if code:
+        name = errors.Category.Name(errors.lookup(code).category)
+        category = name.removeprefix("CATEGORY_").lower()
+    params = {
+        "task_id": row.task_id,
+        "action_id": row.action_id,
+        "name": row.name,
+        "channel": row.channel,
+        "action_type": row.action_type,
+        "entity_id": task.entity_id,
+        "from_state": before,
+        "reason": reason,
+        "attempts": row.attempts,
+        "params": json.loads(row.params_json),
+    }
+    return {
+        "event_id": uuid.uuid4().hex,
+        "time": rfc3339(utcnow()),
+        "tenant": row.tenant,
+        "caller_key_id": task.submitted_by,
+        "service": "reach",
+        "method": f"action.{row.state}",
+        "idempotency_key": row.idem_key,
+        "params": outbox.summarise(params, masker),
+        "result_status": row.state,
+        "error_code": code,
+        "category": category,
+        "duration_ms": duration_ms,
+        "trace_id": task.trace_id,
+    }
+
+
 # Reasons that repeat without news (a look-up that still says pending): they update the
 # row but do not add a history entry each time.
 _QUIET_REASONS = frozenset({"still_pending"})
 
 
-def _propagate(session: Session, actions: list[ReachActionRow], now: dt.datetime) -> None:
+def _propagate(
+    session: Session, actions: list[ReachActionRow], now: dt.datetime
+) -> list[tuple[ReachActionRow, str, str]]:
     """Readies actions whose dependencies all succeeded; skips, transitively, those with a
-    dependency that did not happen."""
+    dependency that did not happen. Returns (action, state before, reason) of each."""
     by_name = {a.name: a for a in actions}
+    moved: list[tuple[ReachActionRow, str, str]] = []
     changed = True
     while changed:
         changed = False
@@ -633,13 +703,16 @@ def _propagate(session: Session, actions: list[ReachActionRow], now: dt.datetime
                     {"dependencies": lost},
                     now,
                 )
+                moved.append((action, st.BLOCKED, "dependency_failed"))
                 changed = True
             elif all(d.state == st.SUCCEEDED for d in deps):
                 action.state = st.READY
                 action.next_at = time.time()
                 action.updated_at = now
                 _history(session, action, st.BLOCKED, st.READY, "dependencies_succeeded", {}, now)
+                moved.append((action, st.BLOCKED, "dependencies_succeeded"))
                 changed = True
+    return moved
 
 
 def _history(

@@ -92,7 +92,7 @@ class AuditOutboxRow(Base):
 _APPEND_ONLY = ("audit_events", "audit_checkpoints")
 _PG_FUNCTION = DDL(
     "CREATE OR REPLACE FUNCTION reachstore_append_only() RETURNS trigger LANGUAGE plpgsql AS "
-    "$$ BEGIN RAISE EXCEPTION '% is append-only', TG_TABLE_NAME; END $$"
+    "$$ BEGIN RAISE EXCEPTION '%% is append-only', TG_TABLE_NAME; END $$"
 )
 for _table in _APPEND_ONLY:
     _target = Base.metadata.tables[_table]

@@ -17,14 +17,16 @@ import grpc
 from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
 from reachstore.reach.v1 import reach_service_pb2 as pb
 from reachstore.reach.v1 import reach_service_pb2_grpc as pb_grpc
+from services.audit import outbox
 from services.common import errors, names, paging
 from services.common.identity import caller
 from services.common.timefmt import rfc3339
+from services.common.tracing import trace_from_metadata
 from services.reach import states as st
 from services.reach.api import convert
 from services.reach.channels.base import Channel, Outgoing
 from services.reach.config import ReachConfig
-from services.reach.planning import plan_task, trace_from_metadata
+from services.reach.planning import plan_task
 from services.reach.policy.breaker import CircuitBreaker
 from services.reach.store import Change, ReachStore, Settled
 from services.reach.watch import TaskChanges
@@ -66,6 +68,8 @@ class ReachServicer(pb_grpc.ReachServiceServicer):
             trace_from_metadata(tuple(context.invocation_metadata() or ())),
             dt.datetime.now(dt.UTC),
         )
+        # The call's audit event names the keys it reserves (or would reserve).
+        outbox.annotate(plan.caller_key or " ".join(a.idem_key for a in plan.actions))
         if request.validate_only:
             preview = pb.Task(
                 entity_id=plan.entity_id,

@@ -1,0 +1,167 @@
+"""Recording audit events in the transaction of the change they describe.
+
+Every service writes its events to the ``audit_outbox`` table; a shipper
+(``shipper.py``) sends them to the audit service later. Two ways in:
+
+- A call: the gRPC layer opens a ``Draft`` for each audited call (who, what, masked
+  parameters, trace) and keeps it in a context variable. The first transaction of that
+  call that writes anything adds the draft to the outbox just before it commits — so the
+  event and the change commit together or not at all. A call that changed nothing (it
+  failed, or only validated) gets its event written by the gRPC layer on its own.
+- The system itself (an action's state change made by the reach executor): the code that
+  makes the change calls ``record`` inside its transaction.
+
+Personal data is masked before anything reaches the outbox (``services/common/pii.py``),
+long texts (a document's body) are replaced by their length and digest, and the audit
+service masks again on arrival.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import datetime as dt
+import hashlib
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.orm import ORMExecuteState, Session, sessionmaker
+
+from services.audit.chain import canonical_json
+from services.common.pii import Masker
+from services.common.timefmt import rfc3339
+from services.storage.audit_models import AuditOutboxRow
+
+# Strings longer than this are recorded as {"chars", "sha256"}: the trail proves what was
+# sent without holding whole documents.
+MAX_TEXT = 512
+MAX_ITEMS = 100
+
+
+@dataclasses.dataclass
+class Draft:
+    """The audit event of the call in progress."""
+
+    tenant: str
+    caller_key_id: str
+    service: str
+    method: str
+    params: dict[str, Any]
+    trace_id: str
+    idempotency_key: str = ""
+    event_id: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex)
+    started: float = dataclasses.field(default_factory=time.monotonic)
+    time: str = dataclasses.field(default_factory=lambda: rfc3339(dt.datetime.now(dt.UTC)))
+    written: bool = False
+
+    def event(self, result_status: str, error_code: str = "", category: str = "") -> dict[str, Any]:
+        return {
+            "event_id": self.event_id,
+            "time": self.time,
+            "tenant": self.tenant,
+            "caller_key_id": self.caller_key_id,
+            "service": self.service,
+            "method": self.method,
+            "idempotency_key": self.idempotency_key,
+            "params": self.params,
+            "result_status": result_status,
+            "error_code": error_code,
+            "category": category,
+            "duration_ms": int((time.monotonic() - self.started) * 1000),
+            "trace_id": self.trace_id,
+        }
+
+
+_current: contextvars.ContextVar[Draft | None] = contextvars.ContextVar("audit_draft", default=None)
+
+
+def open_draft(draft: Draft) -> contextvars.Token[Draft | None]:
+    return _current.set(draft)
+
+
+def close_draft(token: contextvars.Token[Draft | None]) -> None:
+    _current.reset(token)
+
+
+def annotate(idempotency_key: str) -> None:
+    """Adds what a handler learns while it runs (the keys it reserved) to the call's event."""
+    draft = _current.get()
+    if draft is not None and not draft.written:
+        draft.idempotency_key = idempotency_key[:512]
+
+
+def summarise(value: Any, masker: Masker) -> Any:
+    """Parameters as the trail keeps them: masked, long texts replaced by a digest."""
+    masked = masker.mask_value(value)
+    return _shorten(masked)
+
+
+def _shorten(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > MAX_TEXT:
+        digest = hashlib.sha256(value.encode("utf-8")).hexdigest()
+        return {"chars": len(value), "sha256": digest}
+    if isinstance(value, Mapping):
+        return {k: _shorten(v) for k, v in value.items()}
+    if isinstance(value, list):
+        head = [_shorten(v) for v in value[:MAX_ITEMS]]
+        return head + ([{"more_items": len(value) - MAX_ITEMS}] if len(value) > MAX_ITEMS else [])
+    return value
+
+
+def record(session: Session, service: str, fields: Mapping[str, Any]) -> None:
+    """Adds an event to the outbox inside ``session``'s transaction."""
+    session.add(
+        AuditOutboxRow(
+            service=service,
+            event_json=canonical_json(dict(fields)),
+            created_at=time.time(),
+            attempts=0,
+        )
+    )
+
+
+def write_now(sessions: sessionmaker[Session], service: str, fields: Mapping[str, Any]) -> None:
+    """Writes an event in a transaction of its own (a call that changed nothing)."""
+    with sessions.begin() as session:
+        record(session, service, fields)
+
+
+def install(sessions: sessionmaker[Session]) -> None:
+    """Makes every transaction of ``sessions`` that writes carry the open draft."""
+
+    def writes(session: Session, *_: Any) -> None:
+        if session.new or session.dirty or session.deleted:
+            session.info["audit_wrote"] = True
+
+    def executes(state: ORMExecuteState) -> None:
+        if state.is_insert or state.is_update or state.is_delete:
+            state.session.info["audit_wrote"] = True
+
+    def before_commit(session: Session) -> None:
+        wrote = session.info.pop("audit_wrote", False)
+        draft = _current.get()
+        if wrote and draft is not None and not draft.written:
+            draft.written = True
+            session.info["audit_draft"] = draft
+            record(session, draft.service, draft.event("ok"))
+
+    def committed(session: Session) -> None:
+        session.info.pop("audit_wrote", None)
+        session.info.pop("audit_draft", None)
+
+    def forget(session: Session, *_: Any) -> None:
+        # The change did not happen, so neither did its event: a retried transaction of
+        # the same call must carry it again.
+        session.info.pop("audit_wrote", None)
+        draft = session.info.pop("audit_draft", None)
+        if draft is not None:
+            draft.written = False
+
+    event.listen(sessions, "before_flush", writes)
+    event.listen(sessions, "do_orm_execute", executes)
+    event.listen(sessions, "before_commit", before_commit)
+    event.listen(sessions, "after_commit", committed)
+    event.listen(sessions, "after_rollback", forget)

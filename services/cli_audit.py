@@ -1,0 +1,258 @@
+"""`reachstore audit verify|list`: the audit trail read straight from the database.
+
+No service has to run: an auditor can check the chains of a stopped system, or of a copy
+of its database, with the data folder (or REACHSTORE_DATABASE_URL) and the signing key.
+The key is the one `reachstore up` keeps in the data folder unless REACHSTORE_AUDIT_KEY
+is set; it is never made here, since a new key would make every checkpoint look forged.
+
+Exit codes are for scripts: 0 every chain verifies, 1 a chain is broken, 2 the command
+could not check anything (bad flags, no key, no database).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sqlalchemy import inspect, select
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from services.audit.chain import HASHED_FIELDS, MIN_KEY_BYTES, Signer
+from services.audit.store import AuditStore
+from services.audit.verify import Report
+from services.common.config import ConfigError, Settings
+from services.storage.audit_models import AuditEventRow
+from services.storage.engine import make_engine, make_sessions
+
+# The file `reachstore up` keeps the signing key in (KEPT_SECRETS in services/cli.py).
+AUDIT_KEY_FILE = "audit.key"
+DEFAULT_LIST_LIMIT = 20
+
+T = TypeVar("T")
+
+
+def _fail(message: str) -> None:
+    print(f"reachstore: {message}", file=sys.stderr, flush=True)
+
+
+def _signer(data_dir: Path) -> Signer:
+    """The checkpoint key: REACHSTORE_AUDIT_KEY, else the file `up` keeps in the folder."""
+    key = os.environ.get("REACHSTORE_AUDIT_KEY", "")
+    source = "REACHSTORE_AUDIT_KEY"
+    if not key:
+        path = data_dir / AUDIT_KEY_FILE
+        source = str(path)
+        try:
+            key = path.read_text().strip()
+        except FileNotFoundError:
+            raise ConfigError(
+                f"no audit key: set REACHSTORE_AUDIT_KEY or keep the key in {path} "
+                "(`reachstore up` writes it there)"
+            ) from None
+        except OSError as exc:
+            raise ConfigError(f"cannot read the audit key {path}: {exc.strerror}") from None
+    if len(key.encode("utf-8")) < MIN_KEY_BYTES:
+        raise ConfigError(f"the audit key in {source} is shorter than {MIN_KEY_BYTES} bytes")
+    return Signer(key.encode("utf-8"))
+
+
+def _read(data_dir: Path, read: Callable[[sessionmaker[Session]], T]) -> T:
+    """Runs ``read`` against the store of the data folder; every way of not getting there
+    becomes a ConfigError. A missing SQLite file is reported rather than created, so a
+    mistyped --data-dir does not verify an empty trail as "ok"."""
+    env = {**os.environ, "REACHSTORE_DATA_DIR": str(data_dir)}
+    url = Settings.from_env(env).database_url
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        path = Path(parsed.database or "")
+        if not path.is_file():
+            raise ConfigError(
+                f"no database at {path}: is --data-dir the folder `reachstore up` uses?"
+            )
+    engine = make_engine(url)
+    try:
+        if not inspect(engine).has_table(AuditEventRow.__tablename__):
+            raise ConfigError(
+                f"the database {parsed.render_as_string(hide_password=True)} has no audit tables"
+            )
+        return read(make_sessions(engine))
+    except SQLAlchemyError as exc:
+        cause = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+        raise ConfigError(f"cannot read the audit trail: {cause[0] if cause else exc}") from None
+    finally:
+        engine.dispose()
+
+
+def _printable(text: str) -> str:
+    """Caller-supplied text (idempotency keys) without control characters that could
+    rewrite the terminal line."""
+    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
+
+
+# --- verify ---------------------------------------------------------------------------------
+
+
+def _verify_all(
+    sessions: sessionmaker[Session], signer: Signer, tenant: str | None
+) -> list[tuple[str, Report]]:
+    """Every chain asked for, each to its end: one broken tenant does not hide another."""
+    store = AuditStore(sessions)
+    tenants = [tenant] if tenant else store.tenants()
+    return [(name, store.verify(name, signer)) for name in tenants]
+
+
+def _verify_line(tenant: str, report: Report) -> str:
+    if report.events_checked == 0 and report.checkpoints_checked == 0:
+        return f"{tenant}: no events or checkpoints: nothing to verify"
+    counted = f"{report.events_checked} events, {report.checkpoints_checked} checkpoints checked"
+    found = report.first_break
+    if found is None:
+        return f"{tenant}: {counted}: ok"
+    event = f" (event {found.event_id})" if found.event_id else ""
+    return f"{tenant}: {counted}: {found.kind} at position {found.seq}{event}: {found.detail}"
+
+
+def _verify_json(results: Sequence[tuple[str, Report]]) -> dict[str, Any]:
+    tenants = [
+        {
+            "tenant": tenant,
+            "ok": report.first_break is None,
+            "events_checked": report.events_checked,
+            "checkpoints_checked": report.checkpoints_checked,
+            "first_break": dataclasses.asdict(report.first_break) if report.first_break else None,
+        }
+        for tenant, report in results
+    ]
+    return {
+        "ok": all(t["ok"] for t in tenants),
+        "tenants_checked": len(tenants),
+        "events_checked": sum(r.events_checked for _, r in results),
+        "checkpoints_checked": sum(r.checkpoints_checked for _, r in results),
+        "tenants": tenants,
+    }
+
+
+def cmd_audit_verify(args: argparse.Namespace) -> int:
+    data_dir = Path(args.data_dir).resolve()
+    try:
+        signer = _signer(data_dir)
+        results = _read(data_dir, lambda sessions: _verify_all(sessions, signer, args.tenant))
+    except ConfigError as exc:
+        _fail(str(exc))
+        return 2
+    broken = [tenant for tenant, report in results if report.first_break is not None]
+    if args.json:
+        print(json.dumps(_verify_json(results), ensure_ascii=False))
+    elif not results:
+        print("no audit events in the database: nothing to verify")
+    else:
+        for tenant, report in results:
+            print(_verify_line(tenant, report))
+        if broken:
+            print(f"BROKEN: {len(broken)} of {len(results)} tenants: {', '.join(broken)}")
+        else:
+            print(f"ok: {len(results)} tenants verified")
+    return 1 if broken else 0
+
+
+# --- list -----------------------------------------------------------------------------------
+
+
+def _latest(sessions: sessionmaker[Session], tenant: str | None, limit: int) -> list[AuditEventRow]:
+    """The last ``limit`` events appended (of one tenant, or of all), oldest first as in a
+    log. Across tenants the order is the order of appending (the row id): times are stored
+    as the services sent them and need not sort as text."""
+    stmt = select(AuditEventRow)
+    if tenant:
+        stmt = stmt.where(AuditEventRow.tenant == tenant).order_by(AuditEventRow.seq.desc())
+    else:
+        stmt = stmt.order_by(AuditEventRow.id.desc())
+    with sessions() as session:
+        rows = list(session.scalars(stmt.limit(limit)))
+    rows.reverse()
+    return rows
+
+
+def _event_json(row: AuditEventRow) -> dict[str, Any]:
+    """The stored fields exactly as hashed, plus position and hash, so that a script can
+    recompute the chain on its own."""
+    return {
+        "seq": row.seq,
+        **{name: getattr(row, name) for name in HASHED_FIELDS},
+        "hash": row.hash,
+    }
+
+
+def _event_table(rows: Sequence[AuditEventRow], with_tenant: bool) -> list[str]:
+    header = ["SEQ", "TIME", "SERVICE", "METHOD", "CALLER", "RESULT", "IDEMPOTENCY KEY"]
+    table = [(["TENANT"] if with_tenant else []) + header]
+    for row in rows:
+        result = f"{row.result_status} {row.error_code}" if row.error_code else row.result_status
+        cells = [
+            str(row.seq),
+            row.time,
+            row.service,
+            row.method,
+            row.caller_key_id or "-",
+            result,
+            row.idempotency_key or "-",
+        ]
+        table.append([_printable(c) for c in ([row.tenant] if with_tenant else []) + cells])
+    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
+    return [
+        "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in table
+    ]
+
+
+def cmd_audit_list(args: argparse.Namespace) -> int:
+    data_dir = Path(args.data_dir).resolve()
+    try:
+        rows = _read(data_dir, lambda sessions: _latest(sessions, args.tenant, args.limit))
+    except ConfigError as exc:
+        _fail(str(exc))
+        return 2
+    if args.json:
+        print(json.dumps({"events": [_event_json(r) for r in rows]}, ensure_ascii=False))
+    elif not rows:
+        print("no audit events")
+    else:
+        print("\n".join(_event_table(rows, with_tenant=not args.tenant)))
+    return 0
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"a whole number of 1 or more, got {text!r}")
+    return value
+
+
+def add_audit_parser(commands: argparse._SubParsersAction) -> None:
+    audit = commands.add_parser("audit", help="verify and read the audit trail in the store")
+    actions = audit.add_subparsers(dest="action", required=True)
+    verify = actions.add_parser(
+        "verify",
+        help="check every event's hash and link and every signed checkpoint; "
+        "exit 0 ok, 1 broken, 2 could not check",
+    )
+    listing = actions.add_parser("list", help="the latest events, oldest first")
+    for sub in (verify, listing):
+        sub.add_argument("--data-dir", default="./data", help="the data folder `up` uses")
+        sub.add_argument("--tenant", default=None, help="one tenant (default: every tenant)")
+        sub.add_argument("--json", action="store_true", help="one JSON object, for scripts")
+    listing.add_argument(
+        "--limit", type=_positive, default=DEFAULT_LIST_LIMIT, help="how many events"
+    )
+    verify.set_defaults(func=cmd_audit_verify)
+    listing.set_defaults(func=cmd_audit_list)
