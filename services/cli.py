@@ -28,6 +28,7 @@ from pathlib import Path
 import grpc
 import httpx
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from sqlalchemy import Engine
 
 from reachstore.ingest.v1 import ingest_service_pb2 as ingest_pb
 from reachstore.ingest.v1 import ingest_service_pb2_grpc as ingest_grpc
@@ -227,6 +228,31 @@ def kept_secret(data_dir: Path, file_name: str) -> str:
     return path.read_text().strip()
 
 
+SYSTEM_TENANT = "system"
+
+
+def _mint_shipper_key(engine: Engine, env: dict[str, str]) -> str | None:
+    """With keys required, the services ship audit events with a key of their own (scope
+    ``internal``) that `up` mints for this run, unless one is configured."""
+    if env.get("REACHSTORE_AUDIT_SHIPPER_KEY"):
+        return None
+    record, key = KeyStore(make_sessions(engine)).create(
+        SYSTEM_TENANT, KeySpec("reachstore up: ships audit events", ("internal",))
+    )
+    env["REACHSTORE_AUDIT_SHIPPER_KEY"] = key
+    return record.key_id
+
+
+def _revoke(settings: Settings, key_id: str | None) -> None:
+    if key_id is None:
+        return
+    engine = make_engine(settings.database_url)
+    try:
+        KeyStore(make_sessions(engine)).revoke(SYSTEM_TENANT, key_id)
+    finally:
+        engine.dispose()
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     data_dir = Path(args.data_dir).resolve()
     metrics_port = (
@@ -275,6 +301,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     # The schema is created once here, so the services never race to create it.
     engine = make_engine(settings.database_url)
     init_schema(engine)
+    shipper_key = _mint_shipper_key(engine, env) if settings.require_keys else None
     engine.dispose()
 
     system = _System(data_dir / "run")
@@ -304,14 +331,17 @@ def cmd_up(args: argparse.Namespace) -> int:
     except (RuntimeError, grpc.RpcError) as exc:
         _fail(f"start-up failed: {exc}")
         system.stop()
+        _revoke(settings, shipper_key)
         return 1
     print(f"reachstore ready: {url}", flush=True)
     while not stop.wait(0.5):
         if system.dead():
             _fail(f"{', '.join(system.dead())} exited; stopping everything")
             system.stop()
+            _revoke(settings, shipper_key)
             return 1
     system.stop()
+    _revoke(settings, shipper_key)
     return 0
 
 

@@ -92,8 +92,8 @@ def _read(data_dir: Path, read: Callable[[sessionmaker[Session]], T]) -> T:
 
 
 def _printable(text: str) -> str:
-    """Caller-supplied text (idempotency keys) without control characters that could
-    rewrite the terminal line."""
+    """Text from the database (caller-supplied idempotency keys, or anything a tamperer
+    wrote) without control characters that could rewrite the terminal line."""
     return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
 
 
@@ -109,10 +109,17 @@ def _verify_all(
     return [(name, store.verify(name, signer)) for name in tenants]
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def _verify_line(tenant: str, report: Report) -> str:
     if report.events_checked == 0 and report.checkpoints_checked == 0:
         return f"{tenant}: no events or checkpoints: nothing to verify"
-    counted = f"{report.events_checked} events, {report.checkpoints_checked} checkpoints checked"
+    counted = (
+        f"{_count(report.events_checked, 'event')}, "
+        f"{_count(report.checkpoints_checked, 'checkpoint')} checked"
+    )
     found = report.first_break
     if found is None:
         return f"{tenant}: {counted}: ok"
@@ -154,12 +161,15 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
     elif not results:
         print("no audit events in the database: nothing to verify")
     else:
+        # What a break names (ids, times) comes from the very rows that were tampered with:
+        # control characters in it must not be able to rewrite the line on a terminal.
         for tenant, report in results:
-            print(_verify_line(tenant, report))
+            print(_printable(_verify_line(tenant, report)))
         if broken:
-            print(f"BROKEN: {len(broken)} of {len(results)} tenants: {', '.join(broken)}")
+            names = _printable(", ".join(broken))
+            print(f"BROKEN: {len(broken)} of {len(results)} tenants: {names}")
         else:
-            print(f"ok: {len(results)} tenants verified")
+            print(f"ok: {_count(len(results), 'tenant')} verified")
     return 1 if broken else 0
 
 

@@ -332,6 +332,18 @@ class Masker:
         """``text`` masked, then cut to at most ``limit`` characters ("…" included)."""
         return _cut(self.mask_text(text), limit)
 
+    def bounded_answer(self, text: str, limit: int = 512) -> str:
+        """A receiver's answer for a receipt: a JSON object or array is masked field by
+        field (so sensitive field names count too), anything else as text; then cut."""
+        try:
+            value = json.loads(text)
+        except ValueError:
+            return self.bounded(text, limit)
+        if not isinstance(value, dict | list):
+            return self.bounded(text, limit)
+        masked = json.dumps(self.mask_value(value), ensure_ascii=False)
+        return _cut(masked, limit)
+
     def _number(self, value: int | float) -> Any:
         if isinstance(value, float) and not value.is_integer():
             return value

@@ -47,7 +47,7 @@ async def _run(settings: Settings, config: ReachConfig, channels: dict[str, Chan
     store = ReachStore(sessions, masker)
 
     def mask(text: str) -> str:
-        return masker.bounded(text, SNIPPET_CHARS)
+        return masker.bounded_answer(text, SNIPPET_CHARS)
 
     metrics = ReachMetrics()
     metrics.count_states_from(store.count_by_state)

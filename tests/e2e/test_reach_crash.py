@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -24,18 +22,16 @@ import pytest
 import sqlalchemy
 from google.protobuf import json_format, struct_pb2
 from google.rpc import error_details_pb2
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
 
 from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
 from reachstore.reach.v1 import reach_service_pb2 as pb
 from reachstore.reach.v1 import reach_service_pb2_grpc as pb_grpc
-from tests.e2e.system import free_port_block
+from tests.e2e.processes import ROOT, ServiceProcess
 from tests.reach.peers import HttpReceiver
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[2]
 SERVICE = pb.DESCRIPTOR.services_by_name["ReachService"].full_name
 PII_SECRET = "reach-crash-tests-pii-secret"
 PLAIN = "plain-hook"  # no Idempotency-Key header, not idempotent: a lost send is UNKNOWN
@@ -45,12 +41,6 @@ OPEN = frozenset({"ready", "submitting", "pending", "unknown"})
 # Where an action may end: finished, or waiting for a person to look.
 ALLOWED_ENDS = frozenset({"succeeded", "failed", "skipped", "cancelled", "unknown", "needs_review"})
 FOR_A_PERSON = frozenset({"unknown", "needs_review"})
-# Fast reconnects, so that a restarted process is found as soon as it listens.
-CHANNEL_OPTIONS = [
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 300),
-]
 # The two engines of the ``database_url`` fixture, PostgreSQL's marked as needing it.
 PG_MARKED = [
     "sqlite",
@@ -115,85 +105,31 @@ max_polls = 2
     return path
 
 
-class ReachProcess:
-    """One reach service process on a port of its own, with its log (JSON lines) in a
-    file named after its worker id."""
+class ReachProcess(ServiceProcess):
+    """One reach service process, with its gRPC stub and its log named after its
+    worker id."""
 
     def __init__(self, workdir: Path, database_url: str, config: Path, worker_id: str) -> None:
-        self.worker_id = worker_id
-        self.address = f"127.0.0.1:{free_port_block(1)}"
-        self.log_path = workdir / f"{worker_id}.log"
-        self._env = {k: v for k, v in os.environ.items() if not k.startswith("REACHSTORE_")}
-        self._env.update(
-            PYTHONUNBUFFERED="1",
-            REACHSTORE_DATABASE_URL=database_url,
-            REACHSTORE_LISTEN=self.address,
-            REACHSTORE_REACH_CONFIG=str(config),
-            REACHSTORE_PII_SECRET=PII_SECRET,
-            REACHSTORE_WORKER_ID=worker_id,
-            REACHSTORE_DATA_DIR=str(workdir / "data"),
+        super().__init__(
+            "services.reach.main",
+            SERVICE,
+            workdir,
+            worker_id,
+            {
+                "REACHSTORE_DATABASE_URL": database_url,
+                "REACHSTORE_REACH_CONFIG": str(config),
+                "REACHSTORE_PII_SECRET": PII_SECRET,
+                "REACHSTORE_WORKER_ID": worker_id,
+                "REACHSTORE_DATA_DIR": str(workdir / "data"),
+            },
         )
-        self.process: subprocess.Popen[bytes] | None = None
-        self._channel: grpc.Channel | None = None
+        self.worker_id = worker_id
         self.stub: pb_grpc.ReachServiceStub
 
     def start(self, timeout: float = 30.0) -> ReachProcess:
-        """Starts the process and returns once its health service reports SERVING."""
-        with self.log_path.open("wb") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "services.reach.main"],
-                cwd=ROOT,
-                env=self._env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        self._channel = grpc.insecure_channel(self.address, options=CHANNEL_OPTIONS)
-        self.stub = pb_grpc.ReachServiceStub(self._channel)
-        health = health_pb2_grpc.HealthStub(self._channel)
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"{self.worker_id} exited at start:\n{self.log_tail()}")
-            try:
-                reply = health.Check(
-                    health_pb2.HealthCheckRequest(service=SERVICE), timeout=0.5, wait_for_ready=True
-                )
-                if reply.status == health_pb2.HealthCheckResponse.SERVING:
-                    return self
-            except grpc.RpcError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{self.worker_id} did not become ready:\n{self.log_tail()}")
-
-    def kill(self) -> None:
-        """SIGKILL: no chance to finish a send, commit or close anything."""
-        assert self.process is not None
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(timeout=10)
-        self._close_channel()
-
-    def stop(self) -> int | None:
-        """SIGTERM and wait (SIGKILL after 20 s); the exit code, None if never started."""
-        if self.process is None:
-            return None
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
-        self._close_channel()
-        return self.process.returncode
-
-    def _close_channel(self) -> None:
-        if self._channel is not None:
-            self._channel.close()
-            self._channel = None
-
-    def log_tail(self, lines: int = 30) -> str:
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        super().start(timeout)
+        self.stub = pb_grpc.ReachServiceStub(self.channel)
+        return self
 
     def transitions(self) -> Iterator[tuple[str, str, str]]:
         """(action id, new state, reason) of every state change this process made, in

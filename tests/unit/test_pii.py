@@ -524,3 +524,13 @@ def test_tokens_match_the_exported_pattern() -> None:
     )
     found: Any = TOKEN.findall(" ".join(masked.values()))
     assert len(found) == 5
+
+
+def test_a_json_answer_is_masked_field_by_field() -> None:
+    masker = Masker(b"answer-masking-secret")
+    answer = '{"id": "task-1", "echo": {"customer_name": "Zhang San", "note": "call 13800138000"}}'
+    masked = masker.bounded_answer(answer, 512)
+    assert "Zhang San" not in masked and "13800138000" not in masked
+    assert '"id": "task-1"' in masked and "[field:" in masked and "[phone:" in masked
+    assert masker.bounded_answer("plain 13800138000", 512).startswith("plain [phone:")
+    assert len(masker.bounded_answer('{"a": "' + "x" * 2000 + '"}', 100)) <= 100
