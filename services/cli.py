@@ -16,7 +16,6 @@ import ctypes.util
 import datetime as dt
 import ipaddress
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -36,6 +35,7 @@ from services.cli_audit import add_audit_parser
 from services.cli_keys import add_keys_parser
 from services.common.auth import LOCAL_TENANT
 from services.common.config import ConfigError, Settings
+from services.common.kept_secrets import KEPT_SECRETS, kept_secret
 from services.common.pii import masker_from_env
 from services.reach.config import load_config
 from services.reach.main import build_channels
@@ -61,9 +61,6 @@ COMPONENT_PORT_OFFSETS = {"query": 0, "ingest": 1, "reach": 2, "audit": 3}
 # two systems on different bases never collide.
 METRICS_PORT_OFFSET = 9
 REACH_METRICS_PORT_OFFSET = 8
-# Secrets `up` makes once and keeps in the data folder, readable by the owner only, unless
-# the environment sets them: the PII masking key and the audit signing key.
-KEPT_SECRETS = {"REACHSTORE_PII_SECRET": "pii.secret", "REACHSTORE_AUDIT_KEY": "audit.key"}
 
 
 def _fail(message: str) -> None:
@@ -214,18 +211,6 @@ def _seed_demo(ingest_addr: str, deadline: float, metadata: list[tuple[str, str]
                 time.sleep(1.0)
         if task.state != ingest_pb.TASK_STATE_COMPLETED:
             raise RuntimeError(f"seeding the demo namespace failed: {task.error.error_code}")
-
-
-def kept_secret(data_dir: Path, file_name: str) -> str:
-    """A secret `up` keeps in the data folder (made once, readable by the owner only), so
-    masked values stay joinable and checkpoints verifiable across restarts."""
-    path = data_dir / file_name
-    if not path.exists():
-        data_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as out:
-            out.write(secrets.token_hex(32))
-    return path.read_text().strip()
 
 
 SYSTEM_TENANT = "system"

@@ -4,16 +4,22 @@ how the first admin key of a tenant is made (afterwards an admin key can use the
 from __future__ import annotations
 
 import argparse
+import contextlib
+import getpass
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from sqlalchemy import Engine
 
 from services.admin.api.keys import check_key_request
+from services.audit import outbox
 from services.common.auth import LOCAL_TENANT
 from services.common.config import Settings
 from services.common.errors import ReachstoreError
+from services.common.kept_secrets import secret_for
+from services.common.pii import Masker
 from services.storage.engine import init_schema, make_engine, make_sessions
 from services.storage.keys import KeyRecord, KeyStore
 
@@ -23,10 +29,36 @@ def _fail(message: str) -> None:
 
 
 def _key_store(args: argparse.Namespace) -> tuple[KeyStore, Engine]:
-    env = {**os.environ, "REACHSTORE_DATA_DIR": str(Path(args.data_dir).resolve())}
+    """The key store of the data folder. Changes made through it are audited like the
+    API's: the event goes to the outbox in the same transaction (and from there to the
+    audit service with the ingest process's events)."""
+    data_dir = Path(args.data_dir).resolve()
+    env = {**os.environ, "REACHSTORE_DATA_DIR": str(data_dir)}
     engine = make_engine(Settings.from_env(env).database_url)
     init_schema(engine)
-    return KeyStore(make_sessions(engine)), engine
+    sessions = make_sessions(engine)
+    outbox.install(sessions)
+    return KeyStore(sessions), engine
+
+
+@contextlib.contextmanager
+def _audited(args: argparse.Namespace, command: str, params: dict[str, object]) -> Iterator[None]:
+    """The audit event of a `reachstore keys` change: made by the operating-system user
+    at the command line, not by an API key."""
+    masker = Masker(secret_for("REACHSTORE_PII_SECRET", Path(args.data_dir).resolve()).encode())
+    draft = outbox.Draft(
+        tenant=args.tenant,
+        caller_key_id="",
+        service="admin",
+        method=f"cli.keys.{command}",
+        params=outbox.summarise({**params, "os_user": getpass.getuser()}, masker),
+        trace_id="",
+    )
+    token = outbox.open_draft(draft)
+    try:
+        yield
+    finally:
+        outbox.close_draft(token)
 
 
 def _key_line(record: KeyRecord) -> str:
@@ -61,7 +93,8 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
         return 2
     store, engine = _key_store(args)
     try:
-        record, key = store.create(args.tenant, spec)
+        with _audited(args, "create", {"name": spec.name, "scopes": list(spec.scopes)}):
+            record, key = store.create(args.tenant, spec)
     finally:
         engine.dispose()
     print(_key_line(record))
@@ -85,7 +118,8 @@ def cmd_keys_list(args: argparse.Namespace) -> int:
 def cmd_keys_revoke(args: argparse.Namespace) -> int:
     store, engine = _key_store(args)
     try:
-        record = store.revoke(args.tenant, args.key_id)
+        with _audited(args, "revoke", {"key_id": args.key_id}):
+            record = store.revoke(args.tenant, args.key_id)
     finally:
         engine.dispose()
     if record is None:

@@ -141,7 +141,9 @@ def install(sessions: sessionmaker[Session]) -> None:
             state.session.info["audit_wrote"] = True
 
     def before_commit(session: Session) -> None:
-        wrote = session.info.pop("audit_wrote", False)
+        # Objects added but not flushed yet are written by this commit too.
+        pending = bool(session.new or session.dirty or session.deleted)
+        wrote = session.info.pop("audit_wrote", False) or pending
         draft = _current.get()
         if wrote and draft is not None and not draft.written:
             draft.written = True

@@ -7,17 +7,23 @@ import logging
 import sys
 import time
 
+from services.common.pii import Masker, default_masker
+
 # Context a log call may pass as ``extra={...}``; it becomes fields of the JSON line, so
 # logs can be searched by trace, task or action instead of by message text.
 CONTEXT_FIELDS = ("trace_id", "task_id", "action_id", "channel", "state", "reason")
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, component, logger, message, exception."""
+    """One JSON object per line: time, level, component, logger, message, exception.
 
-    def __init__(self, component: str) -> None:
+    Messages and exceptions pass through the PII masker (the one receipts and the audit
+    trail use): a log line may quote what a caller or a receiver sent."""
+
+    def __init__(self, component: str, masker: Masker | None = None) -> None:
         super().__init__()
         self.component = component
+        self._mask = masker.mask_text if masker is not None else str
 
     def format(self, record: logging.LogRecord) -> str:
         entry = {
@@ -26,21 +32,21 @@ class JsonFormatter(logging.Formatter):
             "level": record.levelname.lower(),
             "component": self.component,
             "logger": record.name,
-            "msg": record.getMessage(),
+            "msg": self._mask(record.getMessage()),
         }
         for field in CONTEXT_FIELDS:
             value = getattr(record, field, None)
             if value is not None:
                 entry[field] = value
         if record.exc_info:
-            entry["exc"] = self.formatException(record.exc_info)
+            entry["exc"] = self._mask(self.formatException(record.exc_info))
         return json.dumps(entry, ensure_ascii=False)
 
 
 def configure(component: str, level: str = "INFO") -> None:
     """Sends every log record of this process to stderr as JSON lines."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter(component))
+    handler.setFormatter(JsonFormatter(component, default_masker()))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

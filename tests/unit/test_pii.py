@@ -534,3 +534,15 @@ def test_a_json_answer_is_masked_field_by_field() -> None:
     assert '"id": "task-1"' in masked and "[field:" in masked and "[phone:" in masked
     assert masker.bounded_answer("plain 13800138000", 512).startswith("plain [phone:")
     assert len(masker.bounded_answer('{"a": "' + "x" * 2000 + '"}', 100)) <= 100
+
+
+def test_log_lines_are_masked_with_the_same_masker() -> None:
+    import logging
+
+    from services.common.logs import JsonFormatter
+
+    masker = Masker(b"log-masking-secret-0")
+    record = logging.LogRecord("x", logging.INFO, __file__, 1, "from %s", ("13800138000",), None)
+    line = JsonFormatter("test", masker).format(record)
+    assert "13800138000" not in line
+    assert masker.mask_text("13800138000") in line  # the same token as receipts and the trail
