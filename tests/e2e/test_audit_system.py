@@ -283,3 +283,96 @@ def test_no_raw_personal_data_reaches_the_trail_the_logs_or_the_api(
     assert "[phone:" in stored and "[email:" in stored and "[cn_id:" in stored
     assert "[card:" in stored and "[field:" in stored
     assert KEPT in stored
+
+
+# --- who may read what ---------------------------------------------------------------------
+
+TRACE = "0af7651916cd43dd8448eb211c80319c"
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSystem]:
+    running = RunningSystem(
+        tmp_path_factory.mktemp("audit-keys") / "data",
+        {"REACHSTORE_REQUIRE_KEYS": "true", "REACHSTORE_AUDIT_CHECKPOINT_S": "1"},
+    )
+    running.start()
+    yield running
+    assert running.stop() == 0, "".join(running.output[-40:])
+
+
+def _wait_events(http: httpx.Client, **params: Any) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + 30
+    while True:
+        reply = http.get("/api/v1/audit/events", params={"page_size": 100, **params})
+        assert reply.status_code == 200, reply.text
+        if reply.json()["events"] or time.monotonic() > deadline:
+            return list(reply.json()["events"])
+        time.sleep(0.2)
+
+
+def test_tenants_see_their_own_trail_and_auditors_see_all(secured: RunningSystem) -> None:
+    from tests.e2e.test_auth import make_key
+
+    acme_key = make_key(secured, "acme", "read,write")
+    globex_key = make_key(secured, "globex", "read,write")
+    auditor_key = make_key(secured, "acme", "read,auditor")
+
+    def client(key: str) -> httpx.Client:
+        return httpx.Client(
+            base_url=secured.http_url, timeout=30, headers={"Authorization": f"Bearer {key}"}
+        )
+
+    with client(acme_key) as acme, client(globex_key) as globex, client(auditor_key) as auditor:
+        made = acme.post(
+            "/api/v1/namespaces",
+            json={"name": "orders"},
+            headers={"traceparent": f"00-{TRACE}-b7ad6b7169203331-01"},
+        )
+        assert made.status_code == 200, made.text
+        assert globex.post("/api/v1/namespaces", json={"name": "orders"}).status_code == 200
+        mine = _wait_events(acme, method="CreateNamespace")
+        assert [e["tenant"] for e in mine] == ["acme"]
+        assert mine[0]["caller_key_id"] == acme_key.split("_")[1]
+        assert mine[0]["trace_id"] == TRACE and mine[0]["result_status"] == "ok"
+        assert _wait_events(acme, trace_id=TRACE)[0]["event_id"] == mine[0]["event_id"]
+        theirs = _wait_events(globex, method="CreateNamespace")
+        assert [e["tenant"] for e in theirs] == ["globex"]
+        # Another tenant's trail: refused to an ordinary key, open to an auditor.
+        refused = acme.get("/api/v1/audit/events", params={"tenant": "globex"})
+        assert (
+            refused.status_code == 403 and refused.json()["error"]["code"] == "AUTH_SCOPE_MISSING"
+        )
+        seen = _wait_events(auditor, tenant="globex", method="CreateNamespace")
+        assert seen[0]["event_id"] == theirs[0]["event_id"]
+        hidden = acme.get(f"/api/v1/audit/events/{theirs[0]['event_id']}")
+        assert hidden.status_code == 404
+        assert hidden.json()["error"]["code"] == "AUDIT_EVENT_NOT_FOUND"
+        assert auditor.get(f"/api/v1/audit/events/{theirs[0]['event_id']}").status_code == 200
+        # Appending is for the services alone.
+        forged = acme.post("/api/v1/audit/events:append", json={"events": []})
+        assert forged.status_code == 403
+        # Verify: one's own chain, or every chain for an auditor.
+        own = acme.post("/api/v1/audit:verify", json={})
+        assert own.status_code == 200 and own.json()["ok"] and own.json()["tenants_checked"] == 1
+        every = auditor.post("/api/v1/audit:verify", json={"all_tenants": True})
+        assert every.json()["ok"] and every.json()["tenants_checked"] >= 2
+        assert acme.post("/api/v1/audit:verify", json={"all_tenants": True}).status_code == 403
+        deadline = time.monotonic() + 15
+        while not acme.get("/api/v1/audit/checkpoint").json()["checkpoint"]:
+            assert time.monotonic() < deadline, "no checkpoint was signed"
+            time.sleep(0.2)
+        checkpoint = acme.get("/api/v1/audit/checkpoint").json()["checkpoint"]
+        assert checkpoint["tenant"] == "acme" and checkpoint["key_id"].startswith("hmac-sha256:")
+        # A refused call is audited too, with its code and category.
+        bad = acme.post("/api/v1/namespaces", json={"name": "Not A Name"})
+        assert bad.status_code == 400
+        failed = _wait_events(acme, method="CreateNamespace", since="2000-01-01T00:00:00Z")
+        deadline = time.monotonic() + 15
+        while not any(e["result_status"] == "INVALID_ARGUMENT" for e in failed):
+            assert time.monotonic() < deadline, failed
+            time.sleep(0.2)
+            failed = _wait_events(acme, method="CreateNamespace")
+        [refusal] = [e for e in failed if e["result_status"] == "INVALID_ARGUMENT"]
+        assert refusal["error_code"] == "INVALID_ARGUMENT" and refusal["category"] == "permanent"
+        assert acme.get("/api/v1/audit/events", params={"since": "yesterday"}).status_code == 400
