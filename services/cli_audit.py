@@ -29,11 +29,11 @@ from services.audit.chain import HASHED_FIELDS, MIN_KEY_BYTES, Signer
 from services.audit.store import AuditStore
 from services.audit.verify import Report
 from services.common.config import ConfigError, Settings
+from services.common.kept_secrets import KEPT_SECRETS
 from services.storage.audit_models import AuditEventRow
 from services.storage.engine import make_engine, make_sessions
 
-# The file `reachstore up` keeps the signing key in (KEPT_SECRETS in services/cli.py).
-AUDIT_KEY_FILE = "audit.key"
+AUDIT_KEY = "REACHSTORE_AUDIT_KEY"
 DEFAULT_LIST_LIMIT = 20
 
 T = TypeVar("T")
@@ -44,11 +44,12 @@ def _fail(message: str) -> None:
 
 
 def _signer(data_dir: Path) -> Signer:
-    """The checkpoint key: REACHSTORE_AUDIT_KEY, else the file `up` keeps in the folder."""
-    key = os.environ.get("REACHSTORE_AUDIT_KEY", "")
-    source = "REACHSTORE_AUDIT_KEY"
+    """The checkpoint key: REACHSTORE_AUDIT_KEY, else the file `up` keeps in the folder
+    (read, never made: see the module's docstring)."""
+    key = os.environ.get(AUDIT_KEY, "")
+    source = AUDIT_KEY
     if not key:
-        path = data_dir / AUDIT_KEY_FILE
+        path = data_dir / KEPT_SECRETS[AUDIT_KEY]
         source = str(path)
         try:
             key = path.read_text().strip()

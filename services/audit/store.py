@@ -14,7 +14,7 @@ import datetime as dt
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -62,6 +62,14 @@ class AuditStore:
         for e in events:
             unique.setdefault(e["event_id"], e)
         with self._sessions.begin() as session:
+            if session.get_bind().dialect.name == "sqlite":
+                # SQLite ignores FOR UPDATE: take its one write lock before reading the heads,
+                # so two appenders never read the same head.
+                session.execute(
+                    update(AuditHeadRow)
+                    .where(AuditHeadRow.tenant.in_(sorted({e["tenant"] for e in events})))
+                    .values(seq=AuditHeadRow.seq)
+                )
             stored = set(
                 session.scalars(
                     select(AuditEventRow.event_id).where(AuditEventRow.event_id.in_(list(unique)))

@@ -6,8 +6,8 @@ What each break looks like:
 
 - edited: an event's content no longer hashes to its stored hash;
 - deleted: an event links to a hash that no event has (or a position is skipped);
-- inserted: an event links to the event two places back, so the one between is new;
-- reordered: an event links to an event that exists, but elsewhere in the chain;
+- inserted: an event links to an event further back, so the ones between are new;
+- reordered: an event links to an event that exists, but later in the chain;
 - truncated: a checkpoint names a position beyond the chain's end;
 - forged checkpoint: a checkpoint's signature does not verify;
 - rewritten: the chain is consistent in itself but differs from a checkpoint at its
@@ -117,15 +117,21 @@ def _check_event(
         )
     if row.prev_hash == prev_hash:
         return None
-    if before_prev is not None and row.prev_hash == before_prev:
+    elsewhere = (
+        prev_seq - 1
+        if before_prev is not None and row.prev_hash == before_prev
+        else seq_of_hash(row.prev_hash)
+    )
+    if elsewhere is not None and elsewhere < prev_seq:
+        # It links back past the events just before it: those were added in between.
         return Break(
             INSERTED,
             tenant,
-            prev_seq,
+            elsewhere + 1,
             "",
-            f"event {row.seq} links to event {prev_seq - 1}: the event at {prev_seq} was added",
+            f"event {row.seq} links to event {elsewhere}: the event(s) at {elsewhere + 1} "
+            f"to {prev_seq} were added",
         )
-    elsewhere = seq_of_hash(row.prev_hash)
     if elsewhere is not None:
         return Break(
             REORDERED,
