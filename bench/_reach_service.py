@@ -1,11 +1,14 @@
-"""The reach service under test: its configuration, its process, and a scratch PostgreSQL
-database for it.
+"""The services under test: their processes (the reach service with its configuration),
+and a scratch PostgreSQL database for them.
 
-``ReachProcess`` writes a configuration with one webhook channel (``bench-hook``: action
-type ``notify``, no quota so nothing is rate limited, keyed by the parameter ``n``, no time
-window, no status look-up so a 200 means succeeded), starts ``python -m
-services.reach.main`` in its own session with that file and a database URL, waits for the
-gRPC health check, and stops it with SIGTERM. Its log goes to ``reach.log`` in its folder.
+``ServiceProcess`` starts ``python -m <module>`` of a reachstore service in its own session
+on a free port of 127.0.0.1 with a database URL and none of the caller's ``REACHSTORE_*``
+settings, waits for the gRPC health check, and stops it with SIGTERM. Its log goes to
+``<name>.log`` in its folder. A subclass names the module and adds its own settings.
+
+``ReachProcess`` is the reach service with a configuration of one webhook channel
+(``bench-hook``: action type ``notify``, no quota so nothing is rate limited, keyed by the
+parameter ``n``, no time window, no status look-up so a 200 means succeeded).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Self
 
 import grpc
 import psycopg
@@ -57,16 +60,18 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-class ReachProcess:
-    """One ``services.reach.main`` process on a free port of 127.0.0.1."""
+class ServiceProcess:
+    """One ``python -m <module>`` process on a free port of 127.0.0.1."""
 
-    def __init__(self, folder: Path, database_url: str, receiver_url: str, log_level: str):
+    module = ""  # set by each subclass, e.g. "services.reach.main"
+    name = ""  # "reach": its log file and its messages
+
+    def __init__(self, folder: Path, database_url: str, log_level: str):
         self.folder = folder
         self.database_url = database_url
-        self.receiver_url = receiver_url
         self.log_level = log_level
         self.address = ""
-        self.log_path = folder / "reach.log"
+        self.log_path = folder / f"{self.name}.log"
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
 
@@ -75,13 +80,14 @@ class ReachProcess:
         assert self._proc is not None
         return self._proc.pid
 
-    def start(self) -> ReachProcess:
+    def own_settings(self) -> dict[str, str]:
+        """The service's own ``REACHSTORE_*`` settings (it may write files into its folder
+        first); the database, address, data folder, PII secret and log level are set for
+        every service."""
+        return {}
+
+    def start(self) -> Self:
         self.folder.mkdir(parents=True, exist_ok=True)
-        config = self.folder / "reach.toml"
-        config.write_text(
-            _CONFIG.format(channel=CHANNEL, action_type=ACTION_TYPE, url=self.receiver_url),
-            encoding="utf-8",
-        )
         self.address = f"127.0.0.1:{free_port()}"
         # Nothing of the caller's REACHSTORE_* settings leaks in (REQUIRE_KEYS, limits ...).
         env = {k: v for k, v in os.environ.items() if not k.startswith("REACHSTORE_")}
@@ -90,15 +96,14 @@ class ReachProcess:
                 "REACHSTORE_DATA_DIR": str(self.folder),
                 "REACHSTORE_DATABASE_URL": self.database_url,
                 "REACHSTORE_LISTEN": self.address,
-                "REACHSTORE_REACH_CONFIG": str(config),
                 "REACHSTORE_PII_SECRET": secrets.token_hex(32),
-                "REACHSTORE_WORKER_ID": "bench-reach",
                 "REACHSTORE_LOG_LEVEL": self.log_level,
+                **self.own_settings(),
             }
         )
         self._log = self.log_path.open("wb")
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "services.reach.main"],
+            [sys.executable, "-m", self.module],
             cwd=ROOT,
             env=env,
             stdin=subprocess.DEVNULL,
@@ -121,8 +126,8 @@ class ReachProcess:
                 assert self._proc is not None
                 if self._proc.poll() is not None:
                     raise RuntimeError(
-                        f"the reach service exited with {self._proc.returncode} during start-up:"
-                        f"\n{self.log_tail()}"
+                        f"the {self.name} service exited with {self._proc.returncode} during "
+                        f"start-up:\n{self.log_tail()}"
                     )
                 try:
                     reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0)
@@ -131,7 +136,9 @@ class ReachProcess:
                 except grpc.RpcError:
                     pass
                 time.sleep(0.1)
-        raise RuntimeError(f"the reach service was not healthy within {READY_TIMEOUT_SECONDS} s")
+        raise RuntimeError(
+            f"the {self.name} service was not healthy within {READY_TIMEOUT_SECONDS} s"
+        )
 
     def alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
@@ -192,11 +199,30 @@ class ReachProcess:
             return ""
         return "\n".join(text.splitlines()[-lines:])
 
-    def __enter__(self) -> ReachProcess:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class ReachProcess(ServiceProcess):
+    """``services.reach.main`` with one webhook channel to ``receiver_url``."""
+
+    module = "services.reach.main"
+    name = "reach"
+
+    def __init__(self, folder: Path, database_url: str, receiver_url: str, log_level: str):
+        super().__init__(folder, database_url, log_level)
+        self.receiver_url = receiver_url
+
+    def own_settings(self) -> dict[str, str]:
+        config = self.folder / "reach.toml"
+        config.write_text(
+            _CONFIG.format(channel=CHANNEL, action_type=ACTION_TYPE, url=self.receiver_url),
+            encoding="utf-8",
+        )
+        return {"REACHSTORE_REACH_CONFIG": str(config), "REACHSTORE_WORKER_ID": "bench-reach"}
 
 
 @contextlib.contextmanager
