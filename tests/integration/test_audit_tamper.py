@@ -446,3 +446,18 @@ def test_a_second_appender_waits_while_the_first_holds_the_head(trail: Trail) ->
         sqlalchemy_event.remove(trail.engine, "after_cursor_execute", pause_after_reading_the_head)
     assert_untouched(trail, "acme", events=22, checkpoints=2)
     assert not finished_meanwhile, "the second appender read the head the first one held"
+
+
+def test_a_range_is_checked_on_its_own(trail: Trail, tamper: Connection) -> None:
+    """Verify with from_seq/to_seq checks only that stretch (linked to the event before
+    it) and the checkpoints inside it: a break outside the range is not its business."""
+    tamper.execute(
+        text("UPDATE audit_events SET params_json = '{}' WHERE tenant = 'acme' AND seq = 15")
+    )
+    tamper.commit()
+    early = trail.store.verify("acme", SIGNER, from_seq=3, to_seq=12)
+    assert early.first_break is None and early.events_checked == 10
+    assert early.checkpoints_checked == 1  # the one at 10; the one at 20 is outside
+    late = trail.store.verify("acme", SIGNER, from_seq=13, to_seq=18)
+    assert late.first_break is not None and late.first_break.kind == EDITED
+    assert late.first_break.seq == 15
