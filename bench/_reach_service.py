@@ -13,6 +13,7 @@ parameter ``n``, no time window, no status look-up so a 200 means succeeded).
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -223,6 +224,24 @@ class ReachProcess(ServiceProcess):
             encoding="utf-8",
         )
         return {"REACHSTORE_REACH_CONFIG": str(config), "REACHSTORE_WORKER_ID": "bench-reach"}
+
+
+DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser, service: str) -> None:
+    """The options every service benchmark shares: which databases, and the service's
+    log level."""
+    parser.add_argument("--skip-postgres", action="store_true", help="SQLite only")
+    parser.add_argument(
+        "--postgres-url",
+        default=DEFAULT_POSTGRES_URL,
+        help="libpq URL of a database to connect to for CREATE/DROP DATABASE "
+        f"(default {DEFAULT_POSTGRES_URL})",
+    )
+    parser.add_argument(
+        "--log-level", default="INFO", help=f"REACHSTORE_LOG_LEVEL of the {service} service"
+    )
 
 
 @contextlib.contextmanager

@@ -84,7 +84,7 @@ from _audit_load import (  # noqa: E402
     run_appends,
     service_errors,
 )
-from _reach_service import postgres_database  # noqa: E402
+from _reach_service import add_engine_arguments, postgres_database  # noqa: E402
 from _report import machine_facts  # noqa: E402
 from sqlalchemy import func, select  # noqa: E402
 
@@ -94,7 +94,6 @@ from services.common.config import ENVIRONMENT  # noqa: E402
 from services.storage.audit_models import AuditEventRow  # noqa: E402
 from services.storage.engine import make_engine, make_sessions  # noqa: E402
 
-DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
 TENANT_NAMES = ("acme", "globex", "initech", "umbrella", "hooli", "stark", "wayne", "wonka")
 
 
@@ -125,16 +124,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--warmup", type=int, default=2_000, help="untimed events per engine")
     parser.add_argument("--tenants", type=int, default=4, help="tenants the events go to")
-    parser.add_argument("--skip-postgres", action="store_true", help="SQLite only")
-    parser.add_argument(
-        "--postgres-url",
-        default=DEFAULT_POSTGRES_URL,
-        help="libpq URL of a database to connect to for CREATE/DROP DATABASE "
-        f"(default {DEFAULT_POSTGRES_URL})",
-    )
-    parser.add_argument(
-        "--log-level", default="INFO", help="REACHSTORE_LOG_LEVEL of the audit service"
-    )
+    add_engine_arguments(parser, "audit")
     parser.add_argument(
         "--profile-verify",
         type=int,

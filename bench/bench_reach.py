@@ -64,7 +64,12 @@ import sqlalchemy  # noqa: E402
 from _reach_load import WAIT_MS, run_load  # noqa: E402
 from _reach_profile import PySpyRecording, summarize  # noqa: E402
 from _reach_receiver import ReceiverProcess, measure_ceiling  # noqa: E402
-from _reach_service import CHANNEL, ReachProcess, postgres_database  # noqa: E402
+from _reach_service import (  # noqa: E402
+    CHANNEL,
+    ReachProcess,
+    add_engine_arguments,
+    postgres_database,
+)
 from _report import machine_facts  # noqa: E402
 from _stats import latency_stats  # noqa: E402
 
@@ -73,7 +78,6 @@ from services.reach.executor import IDLE_POLL_SECONDS  # noqa: E402
 from services.reach.watch import FALLBACK_POLL_SECONDS  # noqa: E402
 
 CEILING_WARMUP = 200
-DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
 
 
 def log(message: str) -> None:
@@ -108,16 +112,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--ceiling-posts", type=int, default=5000, help="timed posts of the ceiling measurement"
     )
-    parser.add_argument("--skip-postgres", action="store_true", help="SQLite only")
-    parser.add_argument(
-        "--postgres-url",
-        default=DEFAULT_POSTGRES_URL,
-        help="libpq URL of a database to connect to for CREATE/DROP DATABASE "
-        f"(default {DEFAULT_POSTGRES_URL})",
-    )
-    parser.add_argument(
-        "--log-level", default="INFO", help="REACHSTORE_LOG_LEVEL of the reach service"
-    )
+    add_engine_arguments(parser, "reach")
     parser.add_argument(
         "--profile",
         type=Path,
