@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import DefaultClause, Engine, create_engine, event, inspect, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from services.storage import audit_models, reach_models  # noqa: F401 - registers their tables
@@ -36,8 +36,32 @@ def make_engine(url: str) -> Engine:
 
 
 def init_schema(engine: Engine) -> None:
-    """Creates missing tables (idempotent)."""
+    """Creates missing tables and adds columns that newer code expects (idempotent).
+
+    Added columns must have a server default (or be nullable) so existing rows get a
+    value: that is the one kind of schema change made in place; anything else would need
+    a real migration.
+    """
     Base.metadata.create_all(engine)
+    _add_missing_columns(engine)
+
+
+def _add_missing_columns(engine: Engine) -> None:
+    present = inspect(engine)
+    with engine.begin() as conn:
+        for table in Base.metadata.sorted_tables:
+            have = {c["name"] for c in present.get_columns(table.name)}
+            for column in table.columns:
+                if column.name in have:
+                    continue
+                kind = column.type.compile(dialect=engine.dialect)
+                default = column.server_default
+                clause = ""
+                if isinstance(default, DefaultClause) and isinstance(default.arg, str):
+                    clause = " DEFAULT '" + default.arg.replace("'", "''") + "'"
+                conn.execute(
+                    text(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}{clause}')
+                )
 
 
 def make_sessions(engine: Engine) -> sessionmaker[Session]:

@@ -152,8 +152,9 @@ class ApiKeyRow(Base):
     secret_sha256: Mapped[str] = mapped_column(String(64))
     scopes_json: Mapped[str] = mapped_column(Text)
     namespaces_json: Mapped[str] = mapped_column(Text, default="[]")
-    channels_json: Mapped[str] = mapped_column(Text, default="[]")
-    groups_json: Mapped[str] = mapped_column(Text, default="[]")
+    # Added after the first release: server defaults fill them in older databases.
+    channels_json: Mapped[str] = mapped_column(Text, default="[]", server_default="[]")
+    groups_json: Mapped[str] = mapped_column(Text, default="[]", server_default="[]")
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     expires_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     revoked_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

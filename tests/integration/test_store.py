@@ -137,3 +137,35 @@ def test_namespace_heads_see_every_commit_of_another_process(database_url: str) 
     finally:
         writer_engine.dispose()
         reader_engine.dispose()
+
+
+def test_columns_added_since_a_database_was_made_are_added_in_place(database_url: str) -> None:
+    """A data folder made by an earlier version keeps working: its key table gets the
+    channel and group columns, existing keys read as 'no restriction'."""
+    from sqlalchemy import text
+
+    from services.storage.keys import KeyStore
+
+    engine = make_engine(database_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "CREATE TABLE api_keys (key_id VARCHAR(32) PRIMARY KEY, tenant VARCHAR(64), "
+                    "name VARCHAR(128), secret_sha256 VARCHAR(64), scopes_json TEXT, "
+                    "namespaces_json TEXT, created_at TIMESTAMP, expires_at TIMESTAMP, "
+                    "revoked_at TIMESTAMP)"
+                )
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO api_keys VALUES ('k1', 't', 'old', 'x', '[\"read\"]', '[]', "
+                    "'2026-01-01 00:00:00', NULL, NULL)"
+                )
+            )
+        init_schema(engine)
+        init_schema(engine)  # idempotent
+        old = KeyStore(make_sessions(engine)).find("k1")
+        assert old is not None and old.channels == () and old.groups == ()
+    finally:
+        engine.dispose()
