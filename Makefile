@@ -5,6 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 
 .PHONY: up test install install-test generate check-protos lint format docs bench clean
+.PHONY: ts-install ts-generate ts-check ts-test
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +29,7 @@ up: install
 test: install-test
 	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
+	$(MAKE) ts-test
 
 ## Regenerate the Python code from the protos.
 generate: install-test
@@ -36,6 +38,26 @@ generate: install-test
 ## buf lint, buf breaking against the previous commit, and the generated-code drift check.
 check-protos: install-test
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH scripts/check_protos.sh
+
+## TypeScript client (clients/typescript): npm ci from the committed lock file, generation
+## with buf and the local protoc-gen-es, the drift check, and the tests (which start their own
+## `reachstore up` and talk to it over gRPC).
+TS_DIR := clients/typescript
+
+$(TS_DIR)/node_modules/.installed: $(TS_DIR)/package.json $(TS_DIR)/package-lock.json
+	cd $(TS_DIR) && npm ci --no-audit --no-fund
+	touch $@
+
+ts-install: $(TS_DIR)/node_modules/.installed
+
+ts-generate: install-test ts-install
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH scripts/generate_ts.sh
+
+ts-check: install-test ts-install
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH scripts/check_ts.sh
+
+ts-test: install ts-install
+	cd $(TS_DIR) && npm test
 
 ## Lint, format check (ruff) and type check (mypy); `make format` rewrites.
 lint: install-test
