@@ -32,6 +32,8 @@ from sqlalchemy import Engine
 from reachstore.ingest.v1 import ingest_service_pb2 as ingest_pb
 from reachstore.ingest.v1 import ingest_service_pb2_grpc as ingest_grpc
 from services.cli_audit import add_audit_parser
+from services.cli_client import add_client_parsers
+from services.cli_client.exit_codes import TOP_LEVEL_HELP as EXIT_CODES_HELP
 from services.cli_keys import add_keys_parser
 from services.common.auth import LOCAL_TENANT
 from services.common.config import ConfigError, Settings
@@ -340,7 +342,12 @@ def _is_loopback(host: str) -> bool:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="reachstore", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="reachstore",
+        description=__doc__.splitlines()[0],
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     up = commands.add_parser("up", help="start every service and the REST bridge")
     up.add_argument("--data-dir", default="./data", help="folder for SQLite files and indexes")
@@ -380,6 +387,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.set_defaults(func=cmd_up)
     add_keys_parser(commands)
     add_audit_parser(commands)
+    add_client_parsers(commands)
     return parser
 
 

@@ -1,5 +1,6 @@
 """Test doubles for the SDK tests: rich statuses built the way a reachstore server builds
-them, and small QueryService / IngestService servicers for a real in-process gRPC server.
+them, and small QueryService / IngestService / ReachService servicers for a real
+in-process gRPC server.
 
 Deliberately independent of ``services.*``: the servicers script their answers so each
 test can check exactly what crossed the wire.
@@ -24,6 +25,8 @@ from reachstore.ingest.v1 import ingest_service_pb2 as ingest_pb2
 from reachstore.ingest.v1 import ingest_service_pb2_grpc as ingest_grpc
 from reachstore.query.v1 import query_service_pb2 as query_pb2
 from reachstore.query.v1 import query_service_pb2_grpc as query_grpc
+from reachstore.reach.v1 import reach_service_pb2 as reach_pb2
+from reachstore.reach.v1 import reach_service_pb2_grpc as reach_grpc
 
 Category = pf_pb2.Category
 
@@ -113,22 +116,38 @@ def _page(items: list[Any], key: Any, page_size: int, token: str) -> tuple[list[
     return page, key(page[-1]) if len(rest) > size else ""
 
 
-class FakeQueryService(query_grpc.QueryServiceServicer):
-    """Namespaces starting with "nope" are unavailable, "slow" ones time out, "hang" blocks
-    until ``release`` is set; the rest answer with one chunk each."""
+class Recorder:
+    """Keeps every request, and fails the next calls with ``fail_next`` (one status each)
+    before answering normally again."""
 
-    def __init__(self, documents: Iterable[str] = ()) -> None:
+    def __init__(self) -> None:
         self.requests: list[Any] = []
-        self.release = threading.Event()
-        self.documents = sorted(documents)
+        self.times: list[float] = []  # monotonic receipt time of each request
+        self.fail_next: list[status_pb2.Status] = []
         self._lock = threading.Lock()
 
-    def _seen(self, request: Any) -> None:
+    def _seen(self, request: Any, context: grpc.ServicerContext) -> None:
         with self._lock:
             self.requests.append(request)
+            self.times.append(time.monotonic())
+            failure = self.fail_next.pop(0) if self.fail_next else None
+        if failure is not None:
+            abort(context, failure)
+
+
+class FakeQueryService(Recorder, query_grpc.QueryServiceServicer):
+    """Namespaces starting with "nope" are unavailable, "slow" ones time out, "flaky" ones
+    time out (retryable after 100 ms) the first time only, "hang" blocks until ``release``
+    is set; the rest answer with one chunk each."""
+
+    def __init__(self, documents: Iterable[str] = ()) -> None:
+        super().__init__()
+        self.release = threading.Event()
+        self.documents = sorted(documents)
+        self._flaky_seen: set[str] = set()
 
     def Query(self, request: query_pb2.QueryRequest, context: grpc.ServicerContext) -> Any:
-        self._seen(request)
+        self._seen(request, context)
         if request.namespace:
             abort(
                 context,
@@ -150,6 +169,16 @@ class FakeQueryService(query_grpc.QueryServiceServicer):
                 failed.append(_unavailable(name))
             elif name.startswith("slow"):
                 failed.append(_timeout(name))
+            elif name.startswith("flaky") and name not in self._flaky_seen:
+                self._flaky_seen.add(name)
+                failed.append(
+                    failure_pb(
+                        "NAMESPACE_TIMEOUT",
+                        Category.CATEGORY_TIMEOUT,
+                        retry_after_ms=100,
+                        namespace=name,
+                    )
+                )
             else:
                 succeeded.append(name)
                 results.append(
@@ -191,7 +220,7 @@ class FakeQueryService(query_grpc.QueryServiceServicer):
     def GetDocument(
         self, request: query_pb2.GetDocumentRequest, context: grpc.ServicerContext
     ) -> Any:
-        self._seen(request)
+        self._seen(request, context)
         if request.document_id not in self.documents:
             abort(
                 context,
@@ -211,7 +240,7 @@ class FakeQueryService(query_grpc.QueryServiceServicer):
     def ListDocuments(
         self, request: query_pb2.ListDocumentsRequest, context: grpc.ServicerContext
     ) -> Any:
-        self._seen(request)
+        self._seen(request, context)
         page, token = _page(self.documents, lambda d: d, request.page_size, request.page_token)
         return query_pb2.ListDocumentsResponse(
             documents=[self._document(request.namespace, d, False) for d in page],
@@ -231,27 +260,22 @@ class FakeQueryService(query_grpc.QueryServiceServicer):
         )
 
 
-class FakeIngestService(ingest_grpc.IngestServiceServicer):
+class FakeIngestService(Recorder, ingest_grpc.IngestServiceServicer):
     """Namespaces in memory; each task walks through ``task_script`` one GetTask at a time
     and stays on its last step. GetTask of "t-hang" blocks until ``release`` is set."""
 
     def __init__(self, task_script: Sequence[ingest_pb2.Task] = ()) -> None:
+        super().__init__()
         self.namespaces: dict[str, ingest_pb2.Namespace] = {}
-        self.requests: list[Any] = []
         self.task_polls: list[float] = []  # monotonic receipt time of each GetTask
         self.task_script = list(task_script)
         self.release = threading.Event()
-        self._lock = threading.Lock()
-
-    def _seen(self, request: Any) -> None:
-        with self._lock:
-            self.requests.append(request)
 
     def _namespace_unavailable(self, context: grpc.ServicerContext, name: str) -> None:
         abort(context, rich_status(grpc.StatusCode.NOT_FOUND, _unavailable(name)))
 
     def CreateNamespace(self, request: Any, context: grpc.ServicerContext) -> Any:
-        self._seen(request)
+        self._seen(request, context)
         if request.name in self.namespaces:
             abort(
                 context,
@@ -274,25 +298,25 @@ class FakeIngestService(ingest_grpc.IngestServiceServicer):
         return ingest_pb2.CreateNamespaceResponse(namespace=namespace)
 
     def GetNamespace(self, request: Any, context: grpc.ServicerContext) -> Any:
-        self._seen(request)
+        self._seen(request, context)
         if request.name not in self.namespaces:
             self._namespace_unavailable(context, request.name)
         return ingest_pb2.GetNamespaceResponse(namespace=self.namespaces[request.name])
 
     def ListNamespaces(self, request: Any, context: grpc.ServicerContext) -> Any:
-        self._seen(request)
+        self._seen(request, context)
         items = sorted(self.namespaces.values(), key=lambda n: n.name)
         page, token = _page(items, lambda n: n.name, request.page_size, request.page_token)
         return ingest_pb2.ListNamespacesResponse(namespaces=page, next_page_token=token)
 
     def DeleteNamespace(self, request: Any, context: grpc.ServicerContext) -> Any:
-        self._seen(request)
+        self._seen(request, context)
         if self.namespaces.pop(request.name, None) is None:
             self._namespace_unavailable(context, request.name)
         return ingest_pb2.DeleteNamespaceResponse()
 
     def CreateDocument(self, request: Any, context: grpc.ServicerContext) -> Any:
-        self._seen(request)
+        self._seen(request, context)
         return ingest_pb2.CreateDocumentResponse(
             task=ingest_pb2.Task(
                 task_id="task-1",
@@ -306,7 +330,7 @@ class FakeIngestService(ingest_grpc.IngestServiceServicer):
 
     def BatchCreateDocuments(self, request: Any, context: grpc.ServicerContext) -> Any:
         """Documents whose text is empty are refused; the others are accepted."""
-        self._seen(request)
+        self._seen(request, context)
         results, failed = [], []
         for index, document in enumerate(request.documents):
             document_id = document.document_id or f"generated-{index}"
@@ -345,7 +369,7 @@ class FakeIngestService(ingest_grpc.IngestServiceServicer):
         )
 
     def DeleteDocument(self, request: Any, context: grpc.ServicerContext) -> Any:
-        self._seen(request)
+        self._seen(request, context)
         return ingest_pb2.DeleteDocumentResponse()
 
     def GetTask(self, request: Any, context: grpc.ServicerContext) -> Any:
@@ -373,7 +397,7 @@ class FakeIngestService(ingest_grpc.IngestServiceServicer):
         return ingest_pb2.GetTaskResponse(task=task)
 
     def CancelTask(self, request: Any, context: grpc.ServicerContext) -> Any:
-        self._seen(request)
+        self._seen(request, context)
         return ingest_pb2.CancelTaskResponse(
             task=ingest_pb2.Task(
                 task_id=request.task_id,
@@ -385,10 +409,95 @@ class FakeIngestService(ingest_grpc.IngestServiceServicer):
         )
 
 
+class FakeReachService(Recorder, reach_grpc.ReachServiceServicer):
+    """SubmitTask and Reach reserve the task "rt-1" (a repeat with the same idempotency key
+    is ``deduplicated``); GetTask walks through ``task_script`` one call at a time and
+    stays on its last step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.task_script: list[reach_pb2.Task] = []
+        self._keys: set[str] = set()
+        self._polls = 0
+
+    def _reserve(self, entity_id: str, key: str, specs: Sequence[reach_pb2.ActionSpec]) -> Any:
+        with self._lock:
+            repeat = bool(key) and key in self._keys
+            self._keys.add(key)
+        actions = [
+            reach_pb2.Action(
+                action_id=f"a-{index}",
+                task_id="rt-1",
+                name=spec.name,
+                channel=spec.channel,
+                action_type=spec.action_type,
+                params=spec.params,
+                depends_on=spec.depends_on,
+                requirement=spec.requirement or reach_pb2.REQUIREMENT_REQUIRED,
+                idempotency_key=f"default/{entity_id}/{spec.action_type}/digest/day",
+                state=reach_pb2.ACTION_STATE_READY,
+            )
+            for index, spec in enumerate(specs)
+        ]
+        task = reach_pb2.Task(
+            task_id="rt-1",
+            entity_id=entity_id,
+            idempotency_key=key,
+            state=reach_pb2.TASK_STATE_PENDING,
+            version=1,
+            actions=actions,
+            poll_after_ms=100,
+        )
+        return task, repeat
+
+    def SubmitTask(self, request: Any, context: grpc.ServicerContext) -> Any:
+        self._seen(request, context)
+        task, repeat = self._reserve(request.entity_id, request.idempotency_key, request.actions)
+        return reach_pb2.SubmitTaskResponse(
+            task=task, deduplicated=repeat, validated_only=request.validate_only
+        )
+
+    def Reach(self, request: Any, context: grpc.ServicerContext) -> Any:
+        self._seen(request, context)
+        task, repeat = self._reserve(request.entity_id, request.idempotency_key, [request.action])
+        action = task.actions[0]
+        return reach_pb2.ReachResponse(
+            task_id=task.task_id,
+            action_id=action.action_id,
+            idempotency_key=action.idempotency_key,
+            state=action.state,
+            deduplicated=repeat,
+        )
+
+    def GetTask(self, request: Any, context: grpc.ServicerContext) -> Any:
+        self._seen(request, context)
+        with self._lock:
+            self._polls += 1
+            step = min(self._polls, len(self.task_script)) - 1
+        if step < 0:
+            abort(
+                context,
+                rich_status(
+                    grpc.StatusCode.NOT_FOUND,
+                    failure_pb(
+                        "REACH_TASK_NOT_FOUND",
+                        Category.CATEGORY_PERMANENT,
+                        data={"task_id": request.task_id},
+                    ),
+                ),
+            )
+        task = reach_pb2.Task()
+        task.CopyFrom(self.task_script[step])
+        task.task_id = request.task_id
+        failed = [a.failure for a in task.actions if a.HasField("failure")]
+        return reach_pb2.GetTaskResponse(task=task, partial_failures=failed)
+
+
 def serve(
     query: FakeQueryService | None = None,
     ingest: FakeIngestService | None = None,
     address: str = "127.0.0.1:0",
+    reach: FakeReachService | None = None,
 ) -> tuple[grpc.Server, int]:
     """A started sync gRPC server with the given servicers, and its port (0 if binding
     ``address`` failed; the server is then stopped)."""
@@ -397,6 +506,8 @@ def serve(
         query_grpc.add_QueryServiceServicer_to_server(query, server)
     if ingest is not None:
         ingest_grpc.add_IngestServiceServicer_to_server(ingest, server)
+    if reach is not None:
+        reach_grpc.add_ReachServiceServicer_to_server(reach, server)
     try:
         port = server.add_insecure_port(address)
     except RuntimeError:
@@ -415,3 +526,4 @@ class Served:
     query: FakeQueryService
     ingest: FakeIngestService
     port: int
+    reach: FakeReachService = dataclasses.field(default_factory=FakeReachService)

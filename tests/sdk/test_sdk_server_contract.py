@@ -1,4 +1,5 @@
-"""The SDK decodes exactly what the services encode, for every code of the catalogue.
+"""The SDK decodes exactly what the services encode, for every code of the catalogue,
+over gRPC (rich statuses) and over REST (the bridge's error bodies) alike.
 
 The SDK itself never imports ``services``; this test does, so that a change to the
 server's encoding that the SDK cannot read fails here rather than in a user's agent.
@@ -6,7 +7,10 @@ server's encoding that the SDK cannot read fails here rather than in a user's ag
 
 from __future__ import annotations
 
+import json
+
 import grpc
+import httpx
 import pytest
 
 from reachstore import (
@@ -20,8 +24,9 @@ from reachstore import (
     ReachstoreError,
     TransientError,
 )
-from reachstore._errors import error_from_status
+from reachstore._errors import error_from_status, from_http_error
 from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
+from services.bridge import error_responses
 from services.common import errors
 
 FAMILY: dict[int, type[ReachstoreError]] = {
@@ -65,3 +70,23 @@ def test_every_catalogue_code_decodes_to_its_family_and_fields(spec: errors.Erro
     assert error.structured_data == {"limit": 100, "field": "some_field"}
     assert error.grpc_code is spec.grpc_status
     assert [(d.namespace, d.error_code) for d in error.details] == [("slow", "NAMESPACE_TIMEOUT")]
+
+
+@pytest.mark.parametrize("spec", list(errors.catalogue().values()), ids=lambda s: s.code)
+def test_every_catalogue_code_decodes_the_same_over_rest_as_over_grpc(
+    spec: errors.ErrorSpec,
+) -> None:
+    extra = errors.make_failure(errors.NAMESPACE_TIMEOUT, namespace="slow")
+    server_error = errors.ReachstoreError(
+        spec, "as the server says it", structured_data={"limit": 100}, details=[extra]
+    )
+    over_grpc = error_from_status(errors.to_rpc_status(server_error), spec.grpc_status)
+    # Exactly the body and status the bridge answers with.
+    body = error_responses.error_body(server_error.failure, "req-1", server_error.details)
+    over_rest = from_http_error(spec.http_status, httpx.Headers(), json.dumps(body).encode())
+
+    assert type(over_rest) is type(over_grpc)
+    assert over_rest.failure == over_grpc.failure
+    assert over_rest.details == over_grpc.details
+    assert over_rest.grpc_code is over_grpc.grpc_code
+    assert over_rest.http_status == spec.http_status

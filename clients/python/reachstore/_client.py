@@ -1,95 +1,143 @@
-"""The synchronous gRPC client.
+"""The synchronous client.
 
-One method per RPC, each under a deadline (the call's ``timeout`` or the client's), each
-returning SDK models and raising SDK exceptions. No retries here: what to retry, and
-when, is read from the exceptions' ``retryable`` / ``retry_after_ms`` and from
-``meta.namespaces_failed`` of partial answers.
+One method per operation, each under a deadline (the call's ``timeout`` or the client's)
+and the client's retry policy, each returning SDK models and raising SDK exceptions. The
+operations themselves are written once (``_ops_*``) and shared with ``AsyncClient``; the
+transport - gRPC or the REST bridge - is chosen when the client is made.
 """
 
 from __future__ import annotations
 
-import os
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
-import grpc
+from google.protobuf.message import Message
 
-from reachstore import _convert
-from reachstore._errors import DeadlineError, TaskWaitTimeoutError, from_rpc_error
+from reachstore import _flow
+from reachstore._audit_models import AppendResult, AuditEvent, Checkpoint, VerifyResult
+from reachstore._client_base import (
+    DEFAULT_AUDIT_TARGET,
+    DEFAULT_INGEST_TARGET,
+    DEFAULT_QUERY_TARGET,
+    DEFAULT_REACH_TARGET,
+    DEFAULT_RETRIES,
+    Operations,
+    grpc_targets,
+)
+from reachstore._config import (
+    DEFAULT_GRPC_PORT_BASE,
+    DEFAULT_HOST,
+    DEFAULT_REST_URL,
+    DEFAULT_TIMEOUT_S,
+    local_targets,
+    resolve_api_key,
+)
+from reachstore._flow import Flow, Send
 from reachstore._models import (
+    ApiKey,
     BatchResponse,
+    CreatedKey,
     Document,
     DocumentInput,
-    Failure,
     Namespace,
     SearchResponse,
     Task,
 )
-from reachstore.ingest.v1 import ingest_service_pb2 as ingest_pb2
-from reachstore.ingest.v1 import ingest_service_pb2_grpc as ingest_grpc
-from reachstore.query.v1 import query_service_pb2 as query_pb2
-from reachstore.query.v1 import query_service_pb2_grpc as query_grpc
+from reachstore._ops_reach import ActionArg
+from reachstore._paging import iterate
+from reachstore._reach_models import (
+    CancelResult,
+    Channel,
+    ReachAction,
+    ReachResult,
+    ReachTask,
+)
+from reachstore._retry import RetryPolicy
+from reachstore._transport_grpc import GrpcTransport
+from reachstore._transport_rest import RestTransport
 
-# Batches carry up to 16 MiB of text; the services accept 32 MiB messages, so do we.
-MAX_MESSAGE_BYTES = 32 * 1024 * 1024
-CHANNEL_OPTIONS: list[tuple[str, Any]] = [
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-]
-# Where the client looks for an API key when none is passed.
-API_KEY_ENV = "REACHSTORE_API_KEY"
-# How long to wait between polls when a running task gives no poll_after_ms.
-DEFAULT_POLL_MS = 500
-# A floor under the server's advice, so a `poll_after_ms: 0` cannot make a busy loop.
-MIN_POLL_MS = 10
-
-_Response = TypeVar("_Response")
+_T = TypeVar("_T")
 
 
 class Client:
-    """A connection to a reachstore system's query and ingest services.
+    """A connection to a reachstore system: storage, keys, reach and audit.
 
-    >>> with Client.local() as client:
+    >>> with Client.local() as client:                  # gRPC, ports of `reachstore up`
     ...     resp = client.search(["policy", "orders"], "where is my refund?")
     ...     if resp.meta.coverage_ratio < 1:
     ...         for failed in resp.meta.namespaces_failed:
     ...             print(failed["namespace"], failed["category"], failed["retryable"])
+
+    ``Client.rest("http://127.0.0.1:8420")`` gives the same client over the REST bridge.
+    ``timeout`` is the default deadline of each call, in seconds, retries included;
+    ``api_key`` defaults to ``$REACHSTORE_API_KEY``; ``retries`` is the retry policy
+    (None: never retry).
     """
 
     def __init__(
         self,
-        query_target: str = "127.0.0.1:50051",
-        ingest_target: str = "127.0.0.1:50052",
+        query_target: str = DEFAULT_QUERY_TARGET,
+        ingest_target: str = DEFAULT_INGEST_TARGET,
         *,
-        timeout: float = 30.0,
+        reach_target: str = DEFAULT_REACH_TARGET,
+        audit_target: str = DEFAULT_AUDIT_TARGET,
+        timeout: float = DEFAULT_TIMEOUT_S,
         api_key: str | None = None,
+        retries: RetryPolicy | None = DEFAULT_RETRIES,
     ) -> None:
-        if timeout <= 0:
-            raise ValueError("timeout must be positive seconds")
-        self.timeout = timeout
-        # The key from the argument, else from the environment; none means the keyless
-        # local caller of a development system.
-        key = api_key if api_key is not None else os.environ.get(API_KEY_ENV)
-        self._metadata: tuple[tuple[str, str], ...] = (
-            (("authorization", f"Bearer {key}"),) if key else ()
+        self._ops = Operations(timeout, retries)
+        self._transport: GrpcTransport | RestTransport = GrpcTransport(
+            grpc_targets(query_target, ingest_target, reach_target, audit_target),
+            resolve_api_key(api_key),
         )
-        # Channels connect lazily, so building a client never blocks or fails.
-        self._query_channel = grpc.insecure_channel(query_target, options=CHANNEL_OPTIONS)
-        self._ingest_channel = grpc.insecure_channel(ingest_target, options=CHANNEL_OPTIONS)
-        self._query = query_grpc.QueryServiceStub(self._query_channel)
-        self._ingest = ingest_grpc.IngestServiceStub(self._ingest_channel)
 
     @classmethod
-    def local(cls, host: str = "127.0.0.1", grpc_port_base: int = 50051, **kwargs: Any) -> Client:
-        """A client for ``reachstore up``: query on the port base, ingest on base + 1."""
-        return cls(f"{host}:{grpc_port_base}", f"{host}:{grpc_port_base + 1}", **kwargs)
+    def local(
+        cls,
+        host: str = DEFAULT_HOST,
+        grpc_port_base: int = DEFAULT_GRPC_PORT_BASE,
+        **kwargs: Any,
+    ) -> Client:
+        """A client for ``reachstore up``: query on the port base, ingest (and keys) on
+        base + 1, reach on base + 2, audit on base + 3."""
+        targets = local_targets(host, grpc_port_base)
+        return cls(
+            targets["query"],
+            targets["ingest"],
+            reach_target=targets["reach"],
+            audit_target=targets["audit"],
+            **kwargs,
+        )
+
+    @classmethod
+    def rest(
+        cls,
+        base_url: str = DEFAULT_REST_URL,
+        *,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        api_key: str | None = None,
+        retries: RetryPolicy | None = DEFAULT_RETRIES,
+    ) -> Client:
+        """A client that talks to the REST bridge (``reachstore up`` serves it on 8420)
+        instead of gRPC: same methods, same models, same exceptions."""
+        client = cls.__new__(cls)
+        client._ops = Operations(timeout, retries)
+        client._transport = RestTransport(base_url, resolve_api_key(api_key))
+        return client
+
+    @property
+    def timeout(self) -> float:
+        """The default deadline of each call, in seconds."""
+        return self._ops.timeout
+
+    @property
+    def retries(self) -> RetryPolicy | None:
+        return self._ops.retries
 
     def close(self) -> None:
-        """Closes both channels; calls in flight are cancelled."""
-        self._query_channel.close()
-        self._ingest_channel.close()
+        """Closes the connections; calls in flight are cancelled."""
+        self._transport.close()
 
     def __enter__(self) -> Client:
         return self
@@ -102,23 +150,11 @@ class Client:
     ) -> None:
         self.close()
 
-    # --- plumbing ---------------------------------------------------------------------------
+    def _send(self, step: Send) -> Message:
+        return self._transport.call(step.rpc, step.request, step.timeout)
 
-    def _call(
-        self,
-        method: Callable[..., _Response],
-        request: Any,
-        timeout: float | None,
-    ) -> _Response:
-        """Runs one RPC under a deadline, translating gRPC errors into SDK exceptions."""
-        try:
-            return method(
-                request,
-                timeout=self.timeout if timeout is None else timeout,
-                metadata=self._metadata,
-            )
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from exc
+    def _run(self, flow: Flow[_T]) -> _T:
+        return _flow.run(flow, self._send)
 
     # --- query -----------------------------------------------------------------------------
 
@@ -136,47 +172,53 @@ class Client:
         """Searches several namespaces at once and merges the answers.
 
         A namespace that fails does not fail the call: check ``meta.coverage_ratio`` and
-        ``meta.namespaces_failed``. With ``allow_partial=False`` an incomplete answer
-        raises instead (code ``INCOMPLETE_RESULT``; the per-namespace failures are the
-        error's ``details``). ``timeout_ms`` is the server-side budget per namespace;
-        ``timeout`` the client-side deadline of the whole call, in seconds.
+        ``meta.namespaces_failed`` (or hand the answer to ``retry_failed``). With
+        ``allow_partial=False`` an incomplete answer raises instead (code
+        ``INCOMPLETE_RESULT``; the per-namespace failures are the error's ``details``).
+        ``timeout_ms`` is the server-side budget per namespace; ``timeout`` the client-side
+        deadline of the whole call, in seconds.
         """
-        request = _convert.query_request(
-            namespaces, query, top_k, filter, timeout_ms, allow_partial
+        return self._run(
+            self._ops.search(namespaces, query, top_k, filter, timeout_ms, allow_partial, timeout)
         )
-        response = self._call(self._query.Query, request, timeout)
-        return _convert.search_response_from_pb(response)
+
+    def retry_failed(
+        self,
+        resp: SearchResponse,
+        *,
+        timeout_ms: int | None = None,
+        wait: bool = True,
+        timeout: float | None = None,
+    ) -> SearchResponse:
+        """Asks again the namespaces of a partial answer whose failures were retryable,
+        after the longest ``retry_after_ms`` they advised, and merges the two answers.
+
+        Namespaces that failed for good are not asked again; results are re-ranked by
+        score (at most ``top_k``) and ``meta`` is recomputed over the namespaces first
+        asked. The answer can be passed to ``retry_failed`` again. An answer with nothing
+        retryable is returned as it is, without a call. ``timeout_ms`` gives the retried
+        namespaces another server-side budget (default: the first one); ``wait=False``
+        skips the advised wait.
+        """
+        return self._run(self._ops.retry_failed(resp, timeout_ms, wait, timeout))
 
     # --- namespaces --------------------------------------------------------------------------
 
     def create_namespace(self, name: str, *, timeout: float | None = None) -> Namespace:
-        request = ingest_pb2.CreateNamespaceRequest(name=name)
-        response = self._call(self._ingest.CreateNamespace, request, timeout)
-        return _convert.namespace_from_pb(response.namespace)
+        return self._run(self._ops.create_namespace(name, timeout))
 
     def get_namespace(self, name: str, *, timeout: float | None = None) -> Namespace:
-        request = ingest_pb2.GetNamespaceRequest(name=name)
-        response = self._call(self._ingest.GetNamespace, request, timeout)
-        return _convert.namespace_from_pb(response.namespace)
+        return self._run(self._ops.get_namespace(name, timeout))
 
     def list_namespaces(
         self, page_size: int | None = None, *, timeout: float | None = None
     ) -> Iterator[Namespace]:
         """Every namespace in name order, fetching pages as the iterator advances (so
         errors surface while iterating). ``timeout`` applies to each page."""
-        token = ""
-        while True:
-            request = ingest_pb2.ListNamespacesRequest(page_size=page_size or 0, page_token=token)
-            response = self._call(self._ingest.ListNamespaces, request, timeout)
-            for namespace in response.namespaces:
-                yield _convert.namespace_from_pb(namespace)
-            token = response.next_page_token
-            if not token:
-                return
+        return iterate(self._run, self._ops.namespace_pages(page_size, timeout))
 
     def delete_namespace(self, name: str, *, timeout: float | None = None) -> None:
-        request = ingest_pb2.DeleteNamespaceRequest(name=name)
-        self._call(self._ingest.DeleteNamespace, request, timeout)
+        self._run(self._ops.delete_namespace(name, timeout))
 
     # --- documents ----------------------------------------------------------------------------
 
@@ -192,16 +234,10 @@ class Client:
     ) -> Task:
         """Queues one document for ingestion and returns its task (see ``wait_for_task``).
         Problems that depend on stored state (unknown namespace, duplicate id) show in the
-        task's ``error``, not here."""
-        request = ingest_pb2.CreateDocumentRequest(
-            namespace=namespace,
-            document=_convert.document_input_to_pb(
-                DocumentInput(text=text, document_id=document_id, metadata=metadata)
-            ),
-            on_duplicate=_convert.on_duplicate_to_pb(on_duplicate),
+        task's ``error``, not here. Not retried: a repeat would queue it twice."""
+        return self._run(
+            self._ops.add_document(namespace, text, document_id, metadata, on_duplicate, timeout)
         )
-        response = self._call(self._ingest.CreateDocument, request, timeout)
-        return _convert.task_from_pb(response.task)
 
     def add_documents(
         self,
@@ -213,55 +249,32 @@ class Client:
     ) -> BatchResponse:
         """Submits 1 to 100 documents. Refused documents are listed in ``meta.failed`` (and
         on their ``results`` entry) while the others proceed; check ``meta.coverage_ratio``."""
-        request = ingest_pb2.BatchCreateDocumentsRequest(
-            namespace=namespace,
-            documents=[_convert.document_input_to_pb(d) for d in documents],
-            on_duplicate=_convert.on_duplicate_to_pb(on_duplicate),
-        )
-        response = self._call(self._ingest.BatchCreateDocuments, request, timeout)
-        return _convert.batch_response_from_pb(response)
+        return self._run(self._ops.add_documents(namespace, documents, on_duplicate, timeout))
 
     def get_document(
         self, namespace: str, document_id: str, *, timeout: float | None = None
     ) -> Document:
-        request = query_pb2.GetDocumentRequest(namespace=namespace, document_id=document_id)
-        response = self._call(self._query.GetDocument, request, timeout)
-        return _convert.document_from_pb(response.document)
+        return self._run(self._ops.get_document(namespace, document_id, timeout))
 
     def list_documents(
         self, namespace: str, page_size: int | None = None, *, timeout: float | None = None
     ) -> Iterator[Document]:
         """Every document of a namespace in id order, without texts, fetching pages as
         the iterator advances. ``timeout`` applies to each page."""
-        token = ""
-        while True:
-            request = query_pb2.ListDocumentsRequest(
-                namespace=namespace, page_size=page_size or 0, page_token=token
-            )
-            response = self._call(self._query.ListDocuments, request, timeout)
-            for document in response.documents:
-                yield _convert.document_from_pb(document)
-            token = response.next_page_token
-            if not token:
-                return
+        return iterate(self._run, self._ops.document_pages(namespace, page_size, timeout))
 
     def delete_document(
         self, namespace: str, document_id: str, *, timeout: float | None = None
     ) -> None:
-        request = ingest_pb2.DeleteDocumentRequest(namespace=namespace, document_id=document_id)
-        self._call(self._ingest.DeleteDocument, request, timeout)
+        self._run(self._ops.delete_document(namespace, document_id, timeout))
 
-    # --- tasks -----------------------------------------------------------------------------------
+    # --- ingest tasks -----------------------------------------------------------------------
 
     def get_task(self, task_id: str, *, timeout: float | None = None) -> Task:
-        request = ingest_pb2.GetTaskRequest(task_id=task_id)
-        response = self._call(self._ingest.GetTask, request, timeout)
-        return _convert.task_from_pb(response.task)
+        return self._run(self._ops.get_task(task_id, timeout))
 
     def cancel_task(self, task_id: str, *, timeout: float | None = None) -> Task:
-        request = ingest_pb2.CancelTaskRequest(task_id=task_id)
-        response = self._call(self._ingest.CancelTask, request, timeout)
-        return _convert.task_from_pb(response.task)
+        return self._run(self._ops.cancel_task(task_id, timeout))
 
     def wait_for_task(self, task_id: str | Task, timeout: float = 60.0) -> Task:
         """Polls a task, waiting ``poll_after_ms`` between polls as the server advises,
@@ -272,49 +285,210 @@ class Client:
         ``TimeoutError``) when ``timeout`` seconds pass first; its ``task`` is the last
         state seen. ``task_id`` may also be the Task that ``add_document`` returned.
         """
-        if isinstance(task_id, Task):
-            task_id = task_id.task_id
-        deadline = time.monotonic() + timeout
-        last: Task | None = None
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise _wait_timeout(task_id, timeout, last)
-            # Each poll is bounded by what is left of the wait, so the wait as a whole
-            # never overruns `timeout` by a full RPC deadline.
-            try:
-                last = self.get_task(task_id, timeout=min(self.timeout, remaining))
-            except DeadlineError as exc:
-                if remaining < self.timeout:
-                    raise _wait_timeout(task_id, timeout, last) from exc
-                raise
-            if last.done:
-                return last
-            pause = _poll_ms(last) / 1000
-            time.sleep(max(0.0, min(pause, deadline - time.monotonic())))
+        return self._run(self._ops.wait_for_task(task_id, timeout))
 
+    # --- keys --------------------------------------------------------------------------------
 
-def _poll_ms(task: Task) -> int:
-    advised = task.poll_after_ms if task.poll_after_ms is not None else DEFAULT_POLL_MS
-    return max(MIN_POLL_MS, advised)
+    def create_key(
+        self,
+        scopes: Iterable[str],
+        *,
+        name: str = "",
+        namespaces: Iterable[str] | None = None,
+        channels: Iterable[str] | None = None,
+        groups: Iterable[str] | None = None,
+        ttl_seconds: int = 0,
+        timeout: float | None = None,
+    ) -> CreatedKey:
+        """Creates a key of the caller's tenant (admin scope). The secret is in the
+        answer only: store it now. ``namespaces`` and ``channels`` are name patterns
+        (``*``, ``?``; none means all); ``ttl_seconds`` 0 never expires."""
+        return self._run(
+            self._ops.create_key(scopes, name, namespaces, channels, groups, ttl_seconds, timeout)
+        )
 
+    def list_keys(
+        self, page_size: int | None = None, *, timeout: float | None = None
+    ) -> Iterator[ApiKey]:
+        """The tenant's keys in id order, without secrets, page by page as iterated."""
+        return iterate(self._run, self._ops.key_pages(page_size, timeout))
 
-def _wait_timeout(task_id: str, timeout: float, last: Task | None) -> TaskWaitTimeoutError:
-    state = last.state if last is not None else "unknown"
-    wait = _poll_ms(last) if last is not None else DEFAULT_POLL_MS
-    return TaskWaitTimeoutError(
-        Failure(
-            category="timeout",
-            error_code="DEADLINE_EXCEEDED",
-            message=f"task {task_id} was still {state} after {timeout:g} s",
-            # Waiting longer may well see it finish: the task itself keeps running.
-            retryable=True,
-            retry_after_ms=wait,
-            structured_data={
-                "task_id": task_id,
-                "state": state,
-                "waited_ms": round(timeout * 1000),
-            },
-        ),
-        task=last,
-    )
+    def revoke_key(self, key_id: str, *, timeout: float | None = None) -> ApiKey:
+        """Revokes a key; calls made with it fail from then on. Repeating is harmless."""
+        return self._run(self._ops.revoke_key(key_id, timeout))
+
+    # --- reach -------------------------------------------------------------------------------
+
+    def submit_task(
+        self,
+        entity_id: str,
+        actions: Sequence[ActionArg],
+        *,
+        idempotency_key: str | None = None,
+        logical_time: str | None = None,
+        validate_only: bool = False,
+        trace_id: str | None = None,
+        timeout: float | None = None,
+    ) -> ReachTask:
+        """Reserves a task of 1 to 50 actions (``ActionInput`` or dicts with keys
+        ``name``, ``channel``, ``action_type``, ``params``, ``depends_on`` and
+        ``requirement``: ``"required"`` or ``"optional"``) and returns it at once; the
+        actions run in the background (``wait_for_reach_task``).
+
+        The task is checked whole - parameters, rules, permissions - and refused whole.
+        Each action is reserved under its own idempotency key, so a repeat returns the
+        task already reserved (``deduplicated``). Give ``idempotency_key`` to make repeats
+        safe across time windows; only then is a failed submission retried automatically.
+        ``validate_only`` runs every check and reserves nothing.
+        """
+        return self._run(
+            self._ops.submit_task(
+                entity_id, actions, idempotency_key, logical_time, validate_only, trace_id, timeout
+            )
+        )
+
+    def reach(
+        self,
+        action: ActionArg,
+        *,
+        entity_id: str,
+        idempotency_key: str | None = None,
+        logical_time: str | None = None,
+        trace_id: str | None = None,
+        timeout: float | None = None,
+    ) -> ReachResult:
+        """The one-call form: a task of exactly one action. Returns where to follow it
+        (``task_id``, ``action_id``). Retried automatically only with an
+        ``idempotency_key``."""
+        return self._run(
+            self._ops.reach(action, entity_id, idempotency_key, logical_time, trace_id, timeout)
+        )
+
+    def get_reach_task(
+        self,
+        task_id: str,
+        *,
+        wait_ms: int = 0,
+        known_version: int = 0,
+        timeout: float | None = None,
+    ) -> ReachTask:
+        """A reach task with its actions and ``partial_failures``. With ``wait_ms`` (up
+        to 30,000) the server holds the call until the task changes from
+        ``known_version`` (0: its version now) or finishes; the default deadline is
+        lengthened by the wait."""
+        return self._run(self._ops.get_reach_task(task_id, wait_ms, known_version, timeout))
+
+    def wait_for_reach_task(
+        self, task_id: str | ReachTask | ReachResult, timeout: float = 60.0
+    ) -> ReachTask:
+        """Long-polls a reach task until waiting longer would change nothing without a
+        person, and returns it: when it succeeded or failed (a failed task may still have
+        independent actions running), or when every action is final or needs review
+        (``resolve_action``). An ``unknown`` action is still being looked up, so the wait
+        goes on.
+
+        Raises ``TaskWaitTimeoutError`` when ``timeout`` seconds pass first; its ``task``
+        is the last state seen. ``task_id`` may also be what ``submit_task`` or ``reach``
+        returned.
+        """
+        return self._run(self._ops.wait_for_reach_task(task_id, timeout))
+
+    def list_reach_tasks(
+        self,
+        *,
+        state: str | None = None,
+        channel: str | None = None,
+        entity_id: str | None = None,
+        page_size: int = 20,
+        timeout: float | None = None,
+    ) -> Iterator[ReachTask]:
+        """The caller's reach tasks, newest first, filtered by state (``"running"``, ...),
+        channel or entity, fetched page by page as iterated."""
+        return iterate(
+            self._run, self._ops.task_pages(state, channel, entity_id, page_size, timeout)
+        )
+
+    def get_action(self, action_id: str, *, timeout: float | None = None) -> ReachAction:
+        """One action with its receipts and its history of state changes."""
+        return self._run(self._ops.get_action(action_id, timeout))
+
+    def cancel_action(self, action_id: str, *, timeout: float | None = None) -> CancelResult:
+        """Cancels an action, best effort: one not yet sent always; one already sent only
+        when its channel can cancel at the receiver. ``cancelled`` says whether it worked
+        and ``partial_failures`` why not."""
+        return self._run(self._ops.cancel_action(action_id, timeout))
+
+    def resolve_action(
+        self, action_id: str, outcome: str, note: str, *, timeout: float | None = None
+    ) -> ReachAction:
+        """Closes an ``unknown`` or ``needs_review`` action as ``"succeeded"`` or
+        ``"failed"`` after a person checked the receiver (operator scope); ``note`` says
+        what was checked. Not retried automatically."""
+        return self._run(self._ops.resolve_action(action_id, outcome, note, timeout))
+
+    def list_channels(self, *, timeout: float | None = None) -> list[Channel]:
+        """The channels this caller may use, each described as a tool."""
+        return self._run(self._ops.list_channels(timeout))
+
+    # --- audit -------------------------------------------------------------------------------
+
+    def list_events(
+        self,
+        *,
+        tenant: str | None = None,
+        caller_key_id: str | None = None,
+        service: str | None = None,
+        method: str | None = None,
+        idempotency_key: str | None = None,
+        trace_id: str | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        page_size: int = 100,
+        timeout: float | None = None,
+    ) -> Iterator[AuditEvent]:
+        """Audit events in chain order, filtered (``since``/``until`` are RFC 3339),
+        page by page as iterated. Another tenant's trail needs the auditor scope."""
+        pages = self._ops.event_pages(
+            tenant,
+            caller_key_id,
+            service,
+            method,
+            idempotency_key,
+            trace_id,
+            since,
+            until,
+            page_size,
+            timeout,
+        )
+        return iterate(self._run, pages)
+
+    def get_event(self, event_id: str, *, timeout: float | None = None) -> AuditEvent:
+        return self._run(self._ops.get_event(event_id, timeout))
+
+    def verify_audit(
+        self,
+        *,
+        tenant: str | None = None,
+        all_tenants: bool = False,
+        from_seq: int = 0,
+        to_seq: int = 0,
+        timeout: float | None = None,
+    ) -> VerifyResult:
+        """Checks a tenant's chain (default: the caller's; a range with ``from_seq`` /
+        ``to_seq``; every tenant with ``all_tenants`` and the auditor scope) against its
+        signed checkpoints. A break is a result: ``ok`` false and ``first_break``."""
+        return self._run(self._ops.verify_audit(tenant, all_tenants, from_seq, to_seq, timeout))
+
+    def get_checkpoint(
+        self, tenant: str | None = None, *, timeout: float | None = None
+    ) -> Checkpoint | None:
+        """The latest signed checkpoint of a tenant's chain; None while there is none."""
+        return self._run(self._ops.get_checkpoint(tenant, timeout))
+
+    def append_events(
+        self, events: Sequence[AuditEvent], *, timeout: float | None = None
+    ) -> AppendResult:
+        """Appends events to the trail (internal scope: what the services' shippers do).
+        Events are idempotent by ``event_id``; a batch whose events all have one is
+        retried automatically."""
+        return self._run(self._ops.append_events(events, timeout))

@@ -1,9 +1,11 @@
-"""Protobuf messages <-> SDK models: the one place that knows both shapes.
+"""Protobuf messages <-> SDK models: the one place that knows both shapes (storage and
+keys here; reach and audit in ``_convert_reach`` and ``_convert_audit``).
 
-Every client (this synchronous gRPC one, and the async and REST clients to come) builds
-its requests and reads its responses through these functions, so a model means the same
-thing whichever transport produced it. Enum numbers become the lowercase words the REST
-bridge prints, with the same rule (the enum's UPPER_SNAKE name is the prefix dropped).
+Both clients and both transports build their requests and read their responses through
+these functions - the REST transport parses JSON into the same protobuf messages first -
+so a model means the same thing whichever way it travelled. Enum numbers become the
+lowercase words the REST bridge prints, with the same rule (the enum's UPPER_SNAKE name
+is the prefix dropped).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from google.protobuf import struct_pb2
 from google.protobuf.descriptor import EnumDescriptor
 
 from reachstore._models import (
+    ApiKey,
     BatchMeta,
     BatchResponse,
     BatchResult,
@@ -25,10 +28,12 @@ from reachstore._models import (
     Failure,
     Namespace,
     QueryMeta,
+    SearchRequest,
     SearchResponse,
     SearchResult,
     Task,
 )
+from reachstore.admin.v1 import key_service_pb2 as key_pb2
 from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
 from reachstore.ingest.v1 import ingest_service_pb2 as ingest_pb2
 from reachstore.query.v1 import query_service_pb2 as query_pb2
@@ -37,11 +42,12 @@ from reachstore.query.v1 import query_service_pb2 as query_pb2
 
 
 def _upper_snake(camel: str) -> str:
-    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", camel).upper()
+    # The bridge's rule: "TaskState" -> "TASK_STATE", "HTTPStatus" -> "HTTP_STATUS".
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", camel).upper()
 
 
 @functools.cache
-def _enum_tables(enum: EnumDescriptor) -> tuple[dict[int, str], dict[str, int]]:
+def enum_tables(enum: EnumDescriptor) -> tuple[dict[int, str], dict[str, int]]:
     """(number -> word, word -> number) for one enum, e.g. CATEGORY_PERMANENT <-> permanent."""
     prefix = _upper_snake(enum.name) + "_"
     words = {value.number: value.name.removeprefix(prefix).lower() for value in enum.values}
@@ -51,12 +57,12 @@ def _enum_tables(enum: EnumDescriptor) -> tuple[dict[int, str], dict[str, int]]:
 def enum_word(enum: EnumDescriptor, number: int) -> str:
     """The lowercase word of an enum value. A number this SDK does not know (sent by a
     newer server) comes back as its decimal string rather than being hidden."""
-    return _enum_tables(enum)[0].get(number, str(number))
+    return enum_tables(enum)[0].get(number, str(number))
 
 
 def enum_number(enum: EnumDescriptor, word: str) -> int:
     """The enum number of a lowercase word; ValueError naming the valid words otherwise."""
-    table = _enum_tables(enum)[1]
+    table = enum_tables(enum)[1]
     if word not in table:
         valid = sorted(w for w in table if w != "unspecified")
         raise ValueError(f"{word!r} is not a valid {enum.name}; use one of {valid}")
@@ -98,6 +104,17 @@ def struct_to_dict(struct: struct_pb2.Struct) -> dict[str, Any]:
     return {key: _value(item) for key, item in struct.fields.items()}
 
 
+def dict_to_struct(data: Mapping[str, Any] | None, what: str) -> struct_pb2.Struct:
+    """A plain mapping as a Struct; ``what`` names it in the error for a value JSON
+    cannot hold."""
+    struct = struct_pb2.Struct()
+    try:
+        struct.update(dict(data or {}))
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{what} must hold JSON values only: {exc}") from exc
+    return struct
+
+
 # --- responses -> models -----------------------------------------------------------------------
 
 
@@ -116,7 +133,9 @@ def failure_from_pb(failure: pf_pb2.PartialFailure) -> Failure:
     )
 
 
-def search_response_from_pb(response: query_pb2.QueryResponse) -> SearchResponse:
+def search_response_from_pb(
+    response: query_pb2.QueryResponse, request: SearchRequest | None = None
+) -> SearchResponse:
     meta = response.meta
     return SearchResponse(
         results=[
@@ -136,6 +155,7 @@ def search_response_from_pb(response: query_pb2.QueryResponse) -> SearchResponse
             namespaces_succeeded=list(meta.namespaces_succeeded),
             namespaces_failed=[failure_from_pb(f) for f in meta.namespaces_failed],
         ),
+        request=request,
     )
 
 
@@ -214,6 +234,39 @@ def namespaces_arg(namespaces: Iterable[str]) -> list[str]:
     return names
 
 
+def search_request(
+    namespaces: Iterable[str],
+    query: str,
+    top_k: int,
+    filter: Mapping[str, str] | None,
+    timeout_ms: int | None,
+    allow_partial: bool | None,
+) -> SearchRequest:
+    """The arguments of a search, checked, as the model kept on its answer."""
+    return SearchRequest(
+        namespaces=namespaces_arg(namespaces),
+        query=query,
+        top_k=top_k,
+        filter=dict(filter or {}),
+        timeout_ms=timeout_ms or None,
+        allow_partial=allow_partial,
+    )
+
+
+def query_request_pb(search: SearchRequest) -> query_pb2.QueryRequest:
+    request = query_pb2.QueryRequest(
+        namespaces=search.namespaces,
+        query=search.query,
+        top_k=search.top_k,
+        filter=search.filter,
+        timeout_ms=search.timeout_ms or 0,
+    )
+    # Left unset when None so the server's default (true) applies.
+    if search.allow_partial is not None:
+        request.allow_partial = search.allow_partial
+    return request
+
+
 def query_request(
     namespaces: Iterable[str],
     query: str,
@@ -222,17 +275,9 @@ def query_request(
     timeout_ms: int | None,
     allow_partial: bool | None,
 ) -> query_pb2.QueryRequest:
-    request = query_pb2.QueryRequest(
-        namespaces=namespaces_arg(namespaces),
-        query=query,
-        top_k=top_k,
-        filter=dict(filter or {}),
-        timeout_ms=timeout_ms or 0,
+    return query_request_pb(
+        search_request(namespaces, query, top_k, filter, timeout_ms, allow_partial)
     )
-    # Left unset when None so the server's default (true) applies.
-    if allow_partial is not None:
-        request.allow_partial = allow_partial
-    return request
 
 
 _DOCUMENT_KEYS = frozenset({"text", "document_id", "metadata"})
@@ -268,3 +313,47 @@ def on_duplicate_to_pb(word: str) -> ingest_pb2.OnDuplicate:
     if word == "unspecified":
         raise ValueError("on_duplicate must be 'error', 'skip' or 'overwrite'")
     return cast(ingest_pb2.OnDuplicate, enum_number(ON_DUPLICATE, word))
+
+
+def enum_arg(enum: EnumDescriptor, word: str, what: str) -> int:
+    """An argument given as a lowercase word (``"optional"``), as its enum number; the
+    ValueError names the argument and the words it takes. The proto name
+    (``"REQUIREMENT_OPTIONAL"``) is taken too, as the JSON API takes it, so a request
+    body written for the REST bridge reads the same here."""
+    value = enum.values_by_name.get(word) if isinstance(word, str) else None
+    if value is not None and value.number != 0:
+        return int(value.number)
+    if word == "unspecified":
+        valid = sorted(w for w in enum_tables(enum)[1] if w != "unspecified")
+        raise ValueError(f"{what} must be one of {valid}")
+    try:
+        return enum_number(enum, word)
+    except ValueError as exc:
+        raise ValueError(f"{what}: {exc}") from None
+
+
+def strings_arg(values: Iterable[str] | None, what: str) -> list[str]:
+    """A list of strings; a bare string is refused (it would become one item per letter)."""
+    if values is None:
+        return []
+    if isinstance(values, (str, bytes)):
+        raise TypeError(f"{what} must be a list of strings, not a single string")
+    return [str(v) for v in values]
+
+
+# --- keys -------------------------------------------------------------------------------------
+
+
+def api_key_from_pb(key: key_pb2.ApiKey) -> ApiKey:
+    return ApiKey(
+        key_id=key.key_id,
+        tenant=key.tenant,
+        name=key.name,
+        scopes=list(key.scopes),
+        namespaces=list(key.namespaces),
+        channels=list(key.channels),
+        groups=list(key.groups),
+        created_at=key.created_at,
+        expires_at=key.expires_at,
+        revoked_at=key.revoked_at,
+    )

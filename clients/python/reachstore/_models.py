@@ -106,11 +106,31 @@ class QueryMeta:
 
 
 @dataclasses.dataclass(frozen=True)
+class SearchRequest:
+    """What a search asked, kept on its answer so that ``retry_failed`` can ask again
+    for exactly the namespaces that may answer now."""
+
+    namespaces: list[str]
+    query: str
+    top_k: int = 10
+    filter: dict[str, str] = dataclasses.field(default_factory=dict, hash=False)
+    # Server-side budget per namespace; None means the server's default.
+    timeout_ms: int | None = None
+    # None leaves the server's default (true) in force.
+    allow_partial: bool | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class SearchResponse:
-    """The merged answer of a search: results best first, plus its completeness."""
+    """The merged answer of a search: results best first, plus its completeness.
+
+    ``request`` is what was asked (None for an answer built by hand); it takes no part
+    in comparisons, so two answers are equal when they say the same thing.
+    """
 
     results: list[SearchResult]
     meta: QueryMeta
+    request: SearchRequest | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 # --- namespaces and documents ---------------------------------------------------------------
@@ -216,3 +236,37 @@ class BatchResponse:
 
     results: list[BatchResult]
     meta: BatchMeta
+
+
+# --- keys -----------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ApiKey:
+    """An API key as stored: everything but its secret. Times are RFC 3339 UTC; an empty
+    ``expires_at`` never expires, an empty ``revoked_at`` is not revoked."""
+
+    key_id: str
+    tenant: str
+    name: str
+    scopes: list[str]
+    # Name patterns (``*``, ``?``); empty means every namespace / channel of the tenant.
+    namespaces: list[str]
+    channels: list[str]
+    groups: list[str]
+    created_at: str
+    expires_at: str
+    revoked_at: str
+
+    @property
+    def revoked(self) -> bool:
+        return bool(self.revoked_at)
+
+
+@dataclasses.dataclass(frozen=True)
+class CreatedKey:
+    """A new key and its secret, which is shown only this once (and never in ``repr``,
+    so it does not end up in logs by accident)."""
+
+    key: ApiKey
+    secret: str = dataclasses.field(repr=False)

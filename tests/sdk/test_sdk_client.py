@@ -1,4 +1,6 @@
-"""The client end to end against a real gRPC server running the fake services."""
+"""The client end to end against a real gRPC server running the fake services, over gRPC
+and over the real REST bridge in front of it (the ``transport`` parameter): the same
+calls must send the same requests and give the same models and exceptions."""
 
 from __future__ import annotations
 
@@ -65,7 +67,7 @@ def test_a_partial_search_returns_what_worked_and_what_to_do_about_the_rest(
 
 
 def test_a_strict_search_that_misses_a_namespace_raises_with_the_failures_as_details(
-    client: Client, served: Served
+    client: Client, served: Served, transport: str
 ) -> None:
     with pytest.raises(TransientError) as caught:
         client.search(["policy", "slow-orders", "nope"], "refunds", allow_partial=False)
@@ -78,7 +80,10 @@ def test_a_strict_search_that_misses_a_namespace_raises_with_the_failures_as_det
         ("slow-orders", "timeout"),
         ("nope", "permanent"),
     ]
-    assert isinstance(error.__cause__, grpc.RpcError)
+    if transport == "grpc":
+        assert isinstance(error.__cause__, grpc.RpcError) and error.http_status is None
+    else:
+        assert error.http_status == 503
     assert served.query.requests[-1].allow_partial is False
 
 
@@ -354,7 +359,7 @@ def test_a_stopped_server_is_a_retryable_service_unavailable(served: Served) -> 
     server.stop(None).wait()
     started = time.monotonic()
 
-    with Client(f"127.0.0.1:{port}", f"127.0.0.1:{port}", timeout=2) as client:
+    with Client(f"127.0.0.1:{port}", f"127.0.0.1:{port}", timeout=2, retries=None) as client:
         with pytest.raises(TransientError) as caught:
             client.search(["a"], "q")
 
@@ -388,3 +393,40 @@ def test_the_local_client_finds_query_on_the_port_base_and_ingest_one_above() ->
     finally:
         query_server.stop(None)
         ingest_server.stop(None)
+
+
+# --- retrying the failed part of an answer ---------------------------------------------------
+
+
+def test_retry_failed_asks_again_only_the_retryable_namespaces_after_their_wait(
+    client: Client, served: Served
+) -> None:
+    first = client.search(["policy", "flaky-orders", "nope"], "refunds", top_k=5, timeout_ms=300)
+    assert [f.namespace for f in first.meta.namespaces_failed] == ["flaky-orders", "nope"]
+    assert first.request is not None and first.request.namespaces == [
+        "policy",
+        "flaky-orders",
+        "nope",
+    ]
+
+    merged = client.retry_failed(first)
+
+    again = served.query.requests[-1]
+    assert list(again.namespaces) == ["flaky-orders"]
+    assert (again.query, again.top_k, again.timeout_ms) == ("refunds", 5, 300)
+    gap = served.query.times[-1] - served.query.times[-2]
+    assert gap >= 0.1  # the advised retry_after_ms
+    assert merged.meta.namespaces_succeeded == ["policy", "flaky-orders"]
+    assert merged.meta.coverage_ratio == pytest.approx(2 / 3)
+    assert [f.namespace for f in merged.meta.namespaces_failed] == ["nope"]
+    assert [r.namespace for r in merged.results] == ["policy", "flaky-orders"]
+    # Nothing retryable is left: no call is made and the answer comes back as it is.
+    calls = len(served.query.requests)
+    assert client.retry_failed(merged) is merged and len(served.query.requests) == calls
+
+
+def test_retry_failed_needs_an_answer_that_knows_its_question(client: Client) -> None:
+    resp = client.search(["flaky-x"], "q")
+    bare = SearchResponse(results=resp.results, meta=resp.meta)
+    with pytest.raises(ValueError, match="request"):
+        client.retry_failed(bare)
