@@ -6,6 +6,7 @@ PIP    := $(VENV)/bin/pip
 
 .PHONY: up test install install-test generate check-protos lint format docs bench clean
 .PHONY: ts-install ts-generate ts-check ts-test
+.PHONY: go-install go-generate go-check
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +59,18 @@ ts-check: install-test ts-install
 
 ts-test: install ts-install
 	cd $(TS_DIR) && npm test
+
+## Go client (clients/go): Go 1.19, protoc-gen-go, protoc-gen-go-grpc and the Go libraries from
+## Debian's packages (apt-get, only when missing), built in GOPATH mode without downloads.
+## go-check fails on drift in the committed code, then builds and vets it and the example.
+go-install:
+	scripts/go_client.sh install
+
+go-generate: install-test go-install
+	scripts/go_client.sh generate
+
+go-check: install-test go-install
+	scripts/go_client.sh check
 
 ## Lint, format check (ruff) and type check (mypy); `make format` rewrites.
 lint: install-test
