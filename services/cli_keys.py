@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import getpass
+import json
 import os
 import sys
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ from services.common.config import Settings
 from services.common.errors import ReachstoreError
 from services.common.kept_secrets import secret_for
 from services.common.pii import Masker
+from services.common.timefmt import rfc3339
 from services.storage.engine import init_schema, make_engine, make_sessions
 from services.storage.keys import KeyRecord, KeyStore
 
@@ -97,6 +99,9 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
             record, key = store.create(args.tenant, spec)
     finally:
         engine.dispose()
+    if args.json:
+        _print_json({"key": _key_json(record), "secret": key})
+        return 0
     print(_key_line(record))
     print(f"key (shown once, store it now): {key}")
     return 0
@@ -106,12 +111,16 @@ def cmd_keys_list(args: argparse.Namespace) -> int:
     store, engine = _key_store(args)
     try:
         after = None
+        found: list[KeyRecord] = []
         while page := store.list(args.tenant, 100, after):
-            for record in page:
-                print(_key_line(record))
+            found += page
             after = page[-1].key_id
     finally:
         engine.dispose()
+    if args.json:
+        _print_json({"keys": [_key_json(r) for r in found]})
+    for record in [] if args.json else found:
+        print(_key_line(record))
     return 0
 
 
@@ -125,8 +134,31 @@ def cmd_keys_revoke(args: argparse.Namespace) -> int:
     if record is None:
         _fail(f"tenant {args.tenant!r} has no key {args.key_id!r}")
         return 1
-    print(_key_line(record))
+    if args.json:
+        _print_json({"key": _key_json(record)})
+    else:
+        print(_key_line(record))
     return 0
+
+
+def _key_json(record: KeyRecord) -> dict[str, object]:
+    """A key as the API shows it (``GET /api/v1/keys``); never its secret digest."""
+    return {
+        "key_id": record.key_id,
+        "tenant": record.tenant,
+        "name": record.name,
+        "scopes": list(record.scopes),
+        "namespaces": list(record.namespaces),
+        "channels": list(record.channels),
+        "groups": list(record.groups),
+        "created_at": rfc3339(record.created_at),
+        "expires_at": rfc3339(record.expires_at) if record.expires_at else "",
+        "revoked_at": rfc3339(record.revoked_at) if record.revoked_at else "",
+    }
+
+
+def _print_json(value: object) -> None:
+    print(json.dumps(value, ensure_ascii=False, indent=2))
 
 
 KEY_COMMANDS = {"create": cmd_keys_create, "list": cmd_keys_list, "revoke": cmd_keys_revoke}
@@ -139,6 +171,7 @@ def add_keys_parser(commands: argparse._SubParsersAction) -> None:
         sub = actions.add_parser(action)
         sub.add_argument("--data-dir", default="./data", help="the data folder `up` uses")
         sub.add_argument("--tenant", default=LOCAL_TENANT, help="the tenant the key acts for")
+        sub.add_argument("--json", action="store_true", help="one JSON document on stdout")
         if action == "create":
             sub.add_argument(
                 "--scopes",
