@@ -35,6 +35,7 @@ from services.cli_audit import add_audit_parser
 from services.cli_client import add_client_parsers
 from services.cli_client.exit_codes import TOP_LEVEL_HELP as EXIT_CODES_HELP
 from services.cli_keys import add_keys_parser
+from services.cli_serve import add_serve_parser
 from services.common.auth import LOCAL_TENANT
 from services.common.config import ConfigError, Settings
 from services.common.kept_secrets import KEPT_SECRETS, kept_secret
@@ -266,6 +267,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     )
     if args.require_keys:
         env["REACHSTORE_REQUIRE_KEYS"] = "true"
+    if args.database_url:
+        env["REACHSTORE_DATABASE_URL"] = args.database_url
     if args.reach_config:
         env["REACHSTORE_REACH_CONFIG"] = str(Path(args.reach_config).resolve())
     try:
@@ -384,9 +387,16 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="every call must present an API key; needed to listen beyond loopback",
     )
+    up.add_argument(
+        "--database-url",
+        default=None,
+        help="run every service on this database (postgresql+psycopg://...); default: "
+        "REACHSTORE_DATABASE_URL, or SQLite in the data folder",
+    )
     up.set_defaults(func=cmd_up)
     add_keys_parser(commands)
     add_audit_parser(commands)
+    add_serve_parser(commands)
     add_client_parsers(commands)
     return parser
 

@@ -45,9 +45,11 @@ class RunningSystem:
         *,
         grpc_port_base: int | None = None,
         http_port: int | None = None,
+        extra_args: tuple[str, ...] = (),
     ) -> None:
         self.data_dir = data_dir
         self.extra_env = dict(extra_env or {})
+        self.extra_args = extra_args
         base = grpc_port_base or free_port_block(10)
         self.grpc_port_base = base
         self.http_port = http_port or base + 4
@@ -76,6 +78,7 @@ class RunningSystem:
                 str(self.http_port),
                 "--grpc-port-base",
                 str(self.grpc_port_base),
+                *self.extra_args,
             ],
             env=env,
             stdout=subprocess.PIPE,

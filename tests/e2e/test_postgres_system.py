@@ -12,7 +12,7 @@ from tests.e2e.system import RunningSystem
 
 
 def test_the_system_runs_on_postgresql(tmp_path: Path, pg_database: str) -> None:
-    system = RunningSystem(tmp_path, {"REACHSTORE_DATABASE_URL": pg_database})
+    system = RunningSystem(tmp_path, extra_args=("--database-url", pg_database))
     system.start()
     try:
         with httpx.Client(base_url=system.http_url, timeout=30) as http:
