@@ -24,6 +24,7 @@ from reachstore.query.v1 import query_service_pb2
 from reachstore.reach.v1 import reach_service_pb2
 from services.bridge import json_codec
 from services.bridge.routes import Route
+from services.common.channels import grpc_target, service_config
 from services.common.config import Settings
 from services.common.grpc_server import GRPC_OPTIONS
 
@@ -55,6 +56,8 @@ def backend_addresses(settings: Settings) -> dict[str, str]:
     }
 
 
+DESCRIPTORS = {service.full_name: service for service in DEFAULT_SERVICES}
+
 # Where the bridge looks for the audit service when REACHSTORE_AUDIT_ADDR is empty (the
 # services then keep their events in the outbox).
 DEFAULT_AUDIT_ADDR = "127.0.0.1:50054"
@@ -83,7 +86,13 @@ class Backends:
             raise LookupError(f"no address configured for {service}")
         channel = self._owned.get(address)
         if channel is None:
-            channel = grpc.aio.insecure_channel(address, options=GRPC_OPTIONS)
+            hosted = [
+                DESCRIPTORS[name]
+                for name, addr in self._addresses.items()
+                if addr == address and name in DESCRIPTORS
+            ]
+            options = [*GRPC_OPTIONS, ("grpc.service_config", service_config(hosted))]
+            channel = grpc.aio.insecure_channel(grpc_target(address), options=options)
             self._owned[address] = channel
         return channel
 

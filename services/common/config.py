@@ -13,6 +13,7 @@ import socket
 from collections.abc import Mapping
 from pathlib import Path
 
+from services.common.channels import split_addresses
 from services.common.config_errors import ConfigError
 from services.common.limits import Limits
 
@@ -28,7 +29,12 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
         "host:port this component listens on. Defaults: query 127.0.0.1:50051, ingest "
         "127.0.0.1:50052, bridge 127.0.0.1:8420.",
     ),
-    "REACHSTORE_QUERY_ADDR": ("127.0.0.1:50051", "host:port of the query service."),
+    "REACHSTORE_QUERY_ADDR": (
+        "127.0.0.1:50051",
+        "host:port of the query service, or a comma-separated list of replicas (calls are "
+        "balanced round robin; safe reads are retried on another replica). Likewise for "
+        "the other *_ADDR settings.",
+    ),
     "REACHSTORE_INGEST_ADDR": ("127.0.0.1:50052", "host:port of the ingest service."),
     "REACHSTORE_REACH_ADDR": ("127.0.0.1:50053", "host:port of the reach service."),
     "REACHSTORE_AUDIT_ADDR": (
@@ -121,6 +127,13 @@ def _address(env: Mapping[str, str], name: str) -> str:
     return raw
 
 
+def _replicas(env: Mapping[str, str], name: str) -> str:
+    """An address setting of a service that may run as several replicas."""
+    raw = env.get(name, ENVIRONMENT[name][0])
+    split_addresses(raw, name)
+    return raw
+
+
 def _delays(raw: str) -> dict[str, int]:
     delays: dict[str, int] = {}
     for item in filter(None, (part.strip() for part in raw.split(","))):
@@ -182,10 +195,10 @@ class Settings:
             data_dir=data_dir,
             database_url=database_url,
             listen=_address(env, "REACHSTORE_LISTEN"),
-            query_addr=_address(env, "REACHSTORE_QUERY_ADDR"),
-            ingest_addr=_address(env, "REACHSTORE_INGEST_ADDR"),
-            reach_addr=_address(env, "REACHSTORE_REACH_ADDR"),
-            audit_addr=_address(env, "REACHSTORE_AUDIT_ADDR")
+            query_addr=_replicas(env, "REACHSTORE_QUERY_ADDR"),
+            ingest_addr=_replicas(env, "REACHSTORE_INGEST_ADDR"),
+            reach_addr=_replicas(env, "REACHSTORE_REACH_ADDR"),
+            audit_addr=_replicas(env, "REACHSTORE_AUDIT_ADDR")
             if env.get("REACHSTORE_AUDIT_ADDR")
             else "",
             audit_checkpoint_s=_int(env, "REACHSTORE_AUDIT_CHECKPOINT_S", 1),

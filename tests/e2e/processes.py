@@ -40,10 +40,17 @@ class ServiceProcess:
         self.name = name
         self.address = address or f"127.0.0.1:{free_port_block(1)}"
         self.log_path = workdir / f"{name}.log"
-        self._env = {k: v for k, v in os.environ.items() if not k.startswith("REACHSTORE_")}
-        self._env.update(PYTHONUNBUFFERED="1", REACHSTORE_LISTEN=self.address, **env)
+        self._env = self.base_env()
+        self._env.update(REACHSTORE_LISTEN=self.address, **env)
         self.process: subprocess.Popen[bytes] | None = None
         self.channel: grpc.Channel | None = None
+
+    @staticmethod
+    def base_env() -> dict[str, str]:
+        """This environment without any reachstore setting, unbuffered."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("REACHSTORE_")}
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
 
     @staticmethod
     def free_port() -> int:
