@@ -8,6 +8,7 @@ status with a request id instead of a stack trace on the wire.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import uuid
@@ -36,9 +37,24 @@ GRPC_OPTIONS = [
 Registrar = Callable[[grpc.aio.Server], None]
 
 
+class _Status(
+    collections.namedtuple("_Status", ("code", "details", "trailing_metadata")), grpc.Status
+):
+    pass
+
+
+# Tells a client's gRPC retry policy not to send the call again: the service answered, so
+# the answer stands (callers decide from its category and retry_after_ms). Channel-level
+# retries are for replicas that did not answer at all.
+NO_TRANSPORT_RETRY = ("grpc-retry-pushback-ms", "-1")
+
+
 async def abort_with(context: grpc.aio.ServicerContext, error: errors.ReachstoreError) -> None:
     """Ends the call with ``error`` as a rich status (google.rpc details + PartialFailure)."""
-    await context.abort_with_status(rpc_status.to_status(errors.to_rpc_status(error)))
+    status = rpc_status.to_status(errors.to_rpc_status(error))
+    await context.abort_with_status(
+        _Status(status.code, status.details, (*status.trailing_metadata, NO_TRANSPORT_RETRY))
+    )
 
 
 class AuditedCall(Protocol):

@@ -8,6 +8,7 @@ test can check exactly what crossed the wire.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import threading
 import time
@@ -90,7 +91,17 @@ def rich_status(
 
 
 def abort(context: grpc.ServicerContext, status: status_pb2.Status) -> None:
-    context.abort_with_status(rpc_status.to_status(status))
+    """Like the real services: a rich status, and the trailer that tells a channel's retry
+    policy the answer stands (so only the SDK decides to retry)."""
+    rich = rpc_status.to_status(status)
+    trailers = (*rich.trailing_metadata, ("grpc-retry-pushback-ms", "-1"))
+    context.abort_with_status(_Status(rich.code, rich.details, trailers))
+
+
+class _Status(
+    collections.namedtuple("_Status", ("code", "details", "trailing_metadata")), grpc.Status
+):
+    pass
 
 
 def _unavailable(namespace: str) -> pf_pb2.PartialFailure:
