@@ -1,0 +1,103 @@
+"""The deployment examples match the code: every component they run exists, every
+setting they pass is one reachstore reads, listen ports agree with the ports exposed and
+with the addresses other components are given, and readiness asks the right service."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from services.bridge.backends import DEFAULT_SERVICES
+from services.cli_serve import COMPONENTS
+from services.common.config import ENVIRONMENT
+from services.common.limits import ENVIRONMENT as LIMIT_SETTINGS
+
+ROOT = Path(__file__).resolve().parents[2]
+SETTINGS = set(ENVIRONMENT) | set(LIMIT_SETTINGS)
+SERVICE_NAMES = {s.full_name for s in DEFAULT_SERVICES}
+# The address setting that names each gRPC component.
+ADDRESS_SETTING = {
+    "query": "REACHSTORE_QUERY_ADDR",
+    "ingest": "REACHSTORE_INGEST_ADDR",
+    "reach": "REACHSTORE_REACH_ADDR",
+    "audit": "REACHSTORE_AUDIT_ADDR",
+}
+
+
+def _compose() -> dict[str, Any]:
+    data = yaml.safe_load((ROOT / "deploy" / "docker-compose.yml").read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def _kubernetes() -> list[dict[str, Any]]:
+    return list(yaml.safe_load_all((ROOT / "deploy" / "k8s" / "reachstore.yaml").read_text()))
+
+
+def _port(address: str) -> int:
+    return int(address.rpartition(":")[2])
+
+
+def _check_settings(env: dict[str, Any], where: str) -> None:
+    for name in env:
+        if name.startswith("REACHSTORE_"):
+            assert name in SETTINGS, f"{where}: {name} is not a reachstore setting"
+
+
+def test_compose_runs_every_component_with_settings_the_code_reads() -> None:
+    services = _compose()["services"]
+    components = {name: s for name, s in services.items() if name != "postgres"}
+    assert set(components) == set(COMPONENTS)
+    for name, service in components.items():
+        assert service["command"] == [name], name
+        env = service["environment"]
+        _check_settings(env, name)
+        listen = _port(env["REACHSTORE_LISTEN"])
+        exposed = {int(p) for p in service.get("expose", [])} | {
+            int(str(p).split(":")[-1]) for p in service.get("ports", [])
+        }
+        assert listen in exposed, f"{name} listens on {listen}, exposes {exposed}"
+        for other, setting in ADDRESS_SETTING.items():
+            host, _, port = env[setting].rpartition(":")
+            assert host == other, f"{name}: {setting} names {host}"
+            target_listen = _port(services[other]["environment"]["REACHSTORE_LISTEN"])
+            assert int(port) == target_listen, f"{name}: {setting} port {port}"
+
+
+def test_kubernetes_has_a_deployment_and_service_per_component_that_agree() -> None:
+    documents = _kubernetes()
+    by_kind: dict[str, dict[str, dict[str, Any]]] = {}
+    for doc in documents:
+        by_kind.setdefault(doc["kind"], {})[doc["metadata"]["name"]] = doc
+    assert set(by_kind["Deployment"]) == set(COMPONENTS)
+    assert set(by_kind["Service"]) == set(COMPONENTS)
+    shared = by_kind["ConfigMap"]["reachstore"]["data"]
+    _check_settings(shared, "ConfigMap reachstore")
+    for name, deployment in by_kind["Deployment"].items():
+        [container] = deployment["spec"]["template"]["spec"]["containers"]
+        assert container["args"] == [name]
+        env = {e["name"]: e["value"] for e in container.get("env", [])}
+        _check_settings(env, name)
+        listen = _port(env["REACHSTORE_LISTEN"])
+        assert [p["containerPort"] for p in container["ports"]] == [listen]
+        [service_port] = by_kind["Service"][name]["spec"]["ports"]
+        assert service_port["port"] == service_port["targetPort"] == listen
+        probe = container["readinessProbe"]
+        if "grpc" in probe:
+            assert probe["grpc"]["port"] == listen
+            assert probe["grpc"]["service"] in SERVICE_NAMES
+            assert probe["grpc"]["service"].split(".")[1] == name
+        else:
+            assert probe["httpGet"] == {"path": "/readyz", "port": listen}
+        if name in ADDRESS_SETTING:
+            host, _, port = shared[ADDRESS_SETTING[name]].rpartition(":")
+            assert (host, int(port)) == (name, listen)
+
+
+@pytest.mark.parametrize("path", ["deploy/docker-compose.yml", "deploy/k8s/reachstore.yaml"])
+def test_examples_mount_a_reach_config_that_exists(path: str) -> None:
+    text = (ROOT / path).read_text()
+    assert "REACHSTORE_REACH_CONFIG" in text and (ROOT / "examples" / "reach.toml").exists()
