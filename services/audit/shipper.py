@@ -23,7 +23,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from reachstore.audit.v1 import audit_service_pb2 as pb
 from reachstore.audit.v1 import audit_service_pb2_grpc as pb_grpc
 from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
+from services.common.channels import grpc_target, service_config
 from services.storage.audit_models import AuditOutboxRow
+
+AUDIT_SERVICE = pb.DESCRIPTOR.services_by_name["AuditService"]
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +75,10 @@ class Shipper:
     async def run(self) -> None:
         """Ships until cancelled; what is not shipped stays in the outbox."""
         failures = 0
-        async with grpc.aio.insecure_channel(self._addr) as channel:
+        # Several audit replicas may be listed; calls are balanced over them.
+        target = grpc_target(self._addr, "REACHSTORE_AUDIT_ADDR")
+        options = [("grpc.service_config", service_config([AUDIT_SERVICE]))]
+        async with grpc.aio.insecure_channel(target, options=options) as channel:
             stub = pb_grpc.AuditServiceStub(channel)
             while True:
                 rows = await asyncio.to_thread(self._pending)

@@ -223,3 +223,32 @@ def test_main_logs_json_to_stderr_only_and_stops_cleanly_on_sigterm(backend: Bac
     records = [json.loads(line) for line in seen]
     assert all(record["component"] == "bridge" for record in records)
     assert any("Shutting down" in record["msg"] for record in records)
+
+
+def test_no_replica_answering_gives_503_at_once(
+    private_backend: Backend, start_bridge: Any
+) -> None:
+    """Several replicas configured, none listening: a whole-request transient error with
+    its retry advice, well before the deadline — never a hang."""
+    import dataclasses
+    import socket
+
+    closed = []
+    for _ in range(2):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            closed.append(f"127.0.0.1:{sock.getsockname()[1]}")
+    settings = dataclasses.replace(private_backend.settings(), query_addr=",".join(closed))
+    bridge = start_bridge(settings, deadline_s=5.0)
+    with httpx.Client(base_url=bridge.url, timeout=10) as http:
+        started = time.monotonic()
+        response = http.post("/api/v1/query", json={"namespaces": ["demo"], "query": "q"})
+        elapsed = time.monotonic() - started
+    assert response.status_code == 503 and response.headers["retry-after"] == "1"
+    error = _error(response)
+    assert (error["code"], error["category"], error["retry_after_ms"]) == (
+        "SERVICE_UNAVAILABLE",
+        "transient",
+        1000,
+    )
+    assert elapsed < 5.0
