@@ -370,11 +370,6 @@ class ReachStore:
             )
             return row, receipts, history
 
-    def find_action(self, action_id: str) -> ReachActionRow | None:
-        """Any tenant's action (internal: the executor's cancel path)."""
-        with self._sessions() as session:
-            return session.get(ReachActionRow, action_id)
-
     def alerts(self, tenant: str | None = None) -> list[ReachAlertRow]:
         with self._sessions() as session:
             stmt = select(ReachAlertRow).order_by(ReachAlertRow.id)
@@ -445,15 +440,6 @@ class ReachStore:
                 .where(ReachActionRow.lease_owner == lease)
             ).all()
             return [_claim(row, entity, trace, lease) for row, entity, trace in rows]
-
-    def next_due(self) -> float | None:
-        """When the earliest scheduled action is due (to sleep until then)."""
-        with self._sessions() as session:
-            return session.scalar(
-                select(func.min(ReachActionRow.next_at)).where(
-                    ReachActionRow.state.in_(st.DUE_STATES)
-                )
-            )
 
     def settle(self, claim: Claim, change: Change) -> Settled:
         """Applies ``change`` if the worker still holds the action's lease."""

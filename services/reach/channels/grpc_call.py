@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -201,6 +202,9 @@ def _params_error(exc: Exception) -> InvalidParams:
     return InvalidParams(found.group(1) if found else "", f"does not fit the request type: {text}")
 
 
+log = logging.getLogger(__name__)
+
+
 class GrpcCallChannel:
     """Calls one unary method per action over one long-lived HTTP/2 channel."""
 
@@ -259,8 +263,8 @@ class GrpcCallChannel:
         so that ``validate`` can check parameters from the start. Never raises."""
         try:
             await self._method_types()
-        except Exception:  # best effort: the first submit asks again and reports
-            pass
+        except Exception as exc:  # best effort: the first submit asks again and reports
+            log.warning("grpc channel %s: no method types yet: %s", self.options.target, exc)
 
     async def _method_types(self) -> MethodTypes:
         if self._types is not None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
@@ -102,6 +103,9 @@ def encode_params(params: Mapping[str, Any]) -> bytes:
     ).encode()
 
 
+log = logging.getLogger(__name__)
+
+
 class WebhookChannel:
     """Sends each action as one POST; one connection pool per channel."""
 
@@ -138,8 +142,10 @@ class WebhookChannel:
         that the first action's duration is the receiver's. Never raises."""
         try:
             self._http()
-        except Exception:  # best effort: the first submit tries again and reports
-            pass
+        except Exception as exc:  # best effort: the first submit tries again and reports
+            log.warning(
+                "webhook %s: could not prepare the connection pool: %s", self.options.url, exc
+            )
 
     def _http(self) -> httpx.AsyncClient:
         # Created lazily so that it belongs to the event loop that uses it.
@@ -240,7 +246,8 @@ class WebhookChannel:
             code, _, _ = await self._send(
                 "POST", _fill(template, external_id), headers=self._headers(action)
             )
-        except Exception:
+        except Exception as exc:  # cancel never raises: "could not cancel" is the answer
+            log.warning("webhook cancel of %s failed: %s", external_id, type(exc).__name__)
             return False
         return 200 <= code < 300
 
