@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from reachstore.audit.v1 import audit_service_pb2 as pb
 from reachstore.audit.v1 import audit_service_pb2_grpc as pb_grpc
 from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
+from services.common import database_errors
 from services.common.channels import grpc_target, service_config
 from services.storage.audit_models import AuditOutboxRow
 
@@ -73,44 +74,56 @@ class Shipper:
         self._rng = rng or random.Random()
 
     async def run(self) -> None:
-        """Ships until cancelled; what is not shipped stays in the outbox."""
-        failures = 0
+        """Ships until cancelled; what is not shipped stays in the outbox. Neither the audit
+        service nor the database being away ends it: it waits and tries again."""
         # Several audit replicas may be listed; calls are balanced over them.
         target = grpc_target(self._addr, "REACHSTORE_AUDIT_ADDR")
         options = [("grpc.service_config", service_config([AUDIT_SERVICE]))]
         async with grpc.aio.insecure_channel(target, options=options) as channel:
             stub = pb_grpc.AuditServiceStub(channel)
+            failures = 0
             while True:
-                rows = await asyncio.to_thread(self._pending)
-                if not rows:
-                    await asyncio.sleep(IDLE_SECONDS)
-                    continue
                 try:
-                    await stub.AppendEvents(
-                        pb.AppendEventsRequest(
-                            events=[event_message(json.loads(r.event_json)) for r in rows]
-                        ),
-                        timeout=CALL_TIMEOUT_S,
-                        metadata=self._metadata,
-                    )
-                except grpc.aio.AioRpcError as exc:
+                    outcome = await self._ship_batch(stub)
+                except Exception as exc:  # noqa: BLE001 - filtered just below
+                    if not database_errors.is_transient(exc):
+                        raise
+                    outcome = f"the database did not answer ({type(exc).__name__})"
+                if outcome == "idle":
+                    await asyncio.sleep(IDLE_SECONDS)
+                elif outcome == "shipped":
+                    if failures:
+                        log.info("audit events flow again from the outbox")
+                    failures = 0
+                else:
                     failures += 1
                     if failures == 1:
-                        log.warning(
-                            "audit service at %s did not take %d event(s): %s; they wait in "
-                            "the outbox",
-                            self._addr,
-                            len(rows),
-                            exc.code().name,
-                        )
-                    await asyncio.to_thread(self._count_attempt, [r.id for r in rows])
+                        log.warning("audit events wait in the outbox: %s", outcome)
                     delay = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** min(failures - 1, 10))
                     await asyncio.sleep(delay * self._rng.uniform(0.7, 1.3))
-                    continue
-                if failures:
-                    log.info("audit service at %s answers again", self._addr)
-                failures = 0
-                await asyncio.to_thread(self._delete, [r.id for r in rows])
+
+    async def _ship_batch(self, stub: pb_grpc.AuditServiceStub) -> str:
+        """Ships one batch from the outbox: "idle" when it was empty, "shipped", or why the
+        audit service did not take it."""
+        rows = await asyncio.to_thread(self._pending)
+        if not rows:
+            return "idle"
+        try:
+            await stub.AppendEvents(
+                pb.AppendEventsRequest(
+                    events=[event_message(json.loads(r.event_json)) for r in rows]
+                ),
+                timeout=CALL_TIMEOUT_S,
+                metadata=self._metadata,
+            )
+        except grpc.aio.AioRpcError as exc:
+            await asyncio.to_thread(self._count_attempt, [r.id for r in rows])
+            name = exc.code().name
+            return f"the audit service at {self._addr} did not take {len(rows)} event(s): {name}"
+        # Deleting may fail after the append: the batch is then shipped again, and the
+        # audit service keeps each event id once.
+        await asyncio.to_thread(self._delete, [r.id for r in rows])
+        return "shipped"
 
     def _pending(self) -> list[AuditOutboxRow]:
         with self._sessions() as session:

@@ -507,6 +507,15 @@ SERVICE_UNAVAILABLE = _entry(
     "A reachstore service did not answer; retry after the advised wait.",
     retry_after_ms=1000,
 )
+DATABASE_UNAVAILABLE = _entry(
+    "DATABASE_UNAVAILABLE",
+    _T,
+    _S.UNAVAILABLE,
+    "The service lost its database for this call (connection refused or dropped, the server "
+    "restarting, a transaction conflict); retry after the advised wait. A write that ended "
+    "this way may or may not have taken effect: send it again with the same idempotency key.",
+    retry_after_ms=1000,
+)
 DEADLINE_EXCEEDED = _entry(
     "DEADLINE_EXCEEDED",
     _TO,

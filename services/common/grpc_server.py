@@ -21,7 +21,7 @@ from grpc_reflection.v1alpha import reflection
 from grpc_status import rpc_status
 
 from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
-from services.common import errors, identity, limits
+from services.common import database_errors, errors, identity, limits
 from services.common.auth import Authenticator, Caller
 from services.common.limits import CallKind, RequestLimiter
 
@@ -120,11 +120,18 @@ def _wrap_unary(
             await abort_with(context, exc)
         except grpc.aio.AbortError:
             raise
-        except Exception:  # noqa: BLE001 - the one place unexpected errors become INTERNAL
+        except Exception as exc:  # noqa: BLE001 - the one place unexpected errors end
+            if database_errors.is_transient(exc):
+                log.warning("database unavailable in %s: %s", method, type(exc).__name__)
+                error = errors.ReachstoreError(
+                    errors.DATABASE_UNAVAILABLE,
+                    "the service could not reach its database; retry after the advised wait",
+                )
+                await _end_unrecorded(audited, error.spec.grpc_status, error.code)
+                await abort_with(context, error)
             request_id = uuid.uuid4().hex
             log.exception("internal error in %s (request_id=%s)", method, request_id)
-            if audited is not None:
-                await audited.end(grpc.StatusCode.INTERNAL, errors.INTERNAL.code, "transient")
+            await _end_unrecorded(audited, grpc.StatusCode.INTERNAL, errors.INTERNAL.code)
             await abort_with(
                 context,
                 errors.ReachstoreError(
@@ -138,6 +145,20 @@ def _wrap_unary(
                 identity.reset_caller(token)
 
     return handler
+
+
+async def _end_unrecorded(audited: AuditedCall | None, status: grpc.StatusCode, code: str) -> None:
+    """Records a call that failed on the server's side. When the database is what failed,
+    the event cannot be written either (the outbox lives there): the caller still gets
+    its error, and the log says what went unrecorded."""
+    if audited is None:
+        return
+    try:
+        await audited.end(status, code, "transient")
+    except Exception as exc:  # noqa: BLE001 - the call's own error must still reach the caller
+        if not database_errors.is_transient(exc):
+            raise
+        log.warning("audit event of a failed call not written: %s", type(exc).__name__)
 
 
 def _check_rate(limiter: RequestLimiter, who: Caller, scope: str) -> None:
