@@ -2,7 +2,8 @@
 
 An address setting (``REACHSTORE_QUERY_ADDR`` and the like) holds one ``host:port`` or a
 comma-separated list of replicas. gRPC's own client-side load balancing spreads calls
-over them (``round_robin``: a replica that stops answering is skipped until it is back),
+over them (``round_robin``: a replica that stops answering, or whose gRPC health service
+reports the server NOT_SERVING — as a draining one does — is skipped until it is back),
 and its retry policy sends a call that failed with UNAVAILABLE again — to another replica
 — but only for methods the protos mark ``NO_SIDE_EFFECTS`` or ``IDEMPOTENT``. A host name
 is resolved through DNS, so one name with a record per replica (a Kubernetes headless
@@ -52,9 +53,14 @@ def grpc_target(raw: str, setting: str = "address") -> str:
 
 
 def service_config(services: Iterable[ServiceDescriptor]) -> str:
-    """Round robin, and retries of the safe methods of ``services`` on UNAVAILABLE."""
+    """Round robin over the replicas the health service reports SERVING, and retries of
+    the safe methods of ``services`` on UNAVAILABLE."""
     safe = [m for s in services for m in s.methods if _safe(m)]
-    config: dict[str, object] = {"loadBalancingConfig": [{"round_robin": {}}]}
+    config: dict[str, object] = {
+        "loadBalancingConfig": [{"round_robin": {}}],
+        # "" is the server as a whole: what a replica reports while it drains on SIGTERM.
+        "healthCheckConfig": {"serviceName": ""},
+    }
     if safe:
         config["methodConfig"] = [
             {

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import collections
 import json
+import time
+from concurrent import futures
 
+import grpc
 import pytest
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from reachstore.ingest.v1 import ingest_service_pb2
 from reachstore.query.v1 import query_service_pb2
@@ -50,3 +55,53 @@ def test_only_safe_methods_are_retried_and_calls_are_balanced() -> None:
     assert ("IngestService", "CreateNamespace") not in retried
     policy = config["methodConfig"][0]["retryPolicy"]
     assert policy["retryableStatusCodes"] == ["UNAVAILABLE"]
+
+
+def _replica(name: str) -> tuple[grpc.Server, health.HealthServicer, str]:
+    """A gRPC server answering /test.Who/Name with its own name, with a health service."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    handler = grpc.unary_unary_rpc_method_handler(
+        lambda request, context: name.encode(),
+        request_deserializer=lambda b: b,
+        response_serializer=lambda b: b,
+    )
+    server.add_generic_rpc_handlers(
+        [grpc.method_handlers_generic_handler("test.Who", {"Name": handler})]
+    )
+    checks = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(checks, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    checks.set("", health_pb2.HealthCheckResponse.SERVING)
+    return server, checks, f"127.0.0.1:{port}"
+
+
+def test_a_replica_reporting_not_serving_gets_no_calls() -> None:
+    (a, a_health, a_addr), (b, _, b_addr) = _replica("a"), _replica("b")
+    options = [("grpc.service_config", service_config([]))]
+    try:
+        with grpc.insecure_channel(grpc_target(f"{a_addr},{b_addr}"), options=options) as channel:
+            who = channel.unary_unary(
+                "/test.Who/Name", request_serializer=lambda b: b, response_deserializer=bytes
+            )
+
+            def answers(n: int) -> collections.Counter[bytes]:
+                return collections.Counter(
+                    who(b"", timeout=5, wait_for_ready=True) for _ in range(n)
+                )
+
+            assert set(answers(20)) == {b"a", b"b"}
+            # What a replica reports while it drains: the channel moves every call away.
+            a_health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+            deadline = time.monotonic() + 5
+            while answers(10) != {b"b": 10} and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert answers(40) == {b"b": 40}
+            a_health.set("", health_pb2.HealthCheckResponse.SERVING)
+            deadline = time.monotonic() + 5
+            while set(answers(10)) != {b"a", b"b"} and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert set(answers(20)) == {b"a", b"b"}
+    finally:
+        a.stop(None)
+        b.stop(None)
