@@ -479,22 +479,31 @@ def test_the_secret_length_counts_utf8_bytes() -> None:
 # --- cost ----------------------------------------------------------------------------
 
 
-def _fastest(text: str, runs: int = 3) -> float:
-    best = float("inf")
-    for _ in range(runs):
-        started = time.perf_counter()
-        M.mask_text(text)
-        best = min(best, time.perf_counter() - started)
-    return best
+# Speed is measured by bench/bench_pii.py (ratios against a plain regex pass in the same
+# run); these tests check what masking does to large and hostile input, and that it ends.
+HANG_GUARD_S = 20.0  # linear masking takes well under 2 s here even on a busy machine;
+# catastrophic backtracking on 50,000 characters would take far longer than this
 
 
-def test_100_kb_of_text_masks_well_under_100_ms() -> None:
+def _masked_within_guard(text: str) -> str:
+    started = time.perf_counter()
+    masked = M.mask_text(text)
+    assert time.perf_counter() - started < HANG_GUARD_S
+    return masked
+
+
+def test_100_kb_of_log_text_is_masked_throughout() -> None:
     line = (
         "2026-11-30T12:34:56Z order ORD20261130000123 for 张三 (zhang.san@example.com, "
         "138-0013-8000) paid 4111 1111 1111 1111, v1.2.3 from 192.168.1.1\n"
     )
-    text = (line * (100_000 // len(line) + 1))[:100_000]
-    assert _fastest(text) < 0.1
+    text = line * (100_000 // len(line))
+    masked = _masked_within_guard(text)
+    for raw in ("zhang.san@example.com", "138-0013-8000", "4111 1111 1111 1111"):
+        assert raw not in masked
+    # Not personal data: kept readable on every line.
+    assert masked.count("ORD20261130000123") == text.count("ORD20261130000123")
+    assert masked.count("v1.2.3") == text.count("v1.2.3")
 
 
 @pytest.mark.parametrize(
@@ -514,8 +523,8 @@ def test_100_kb_of_text_masks_well_under_100_ms() -> None:
         "1" * 17 + "X" + "1" * 50_000,
     ],
 )
-def test_pathological_input_stays_fast(text: str) -> None:
-    assert _fastest(text, runs=1) < 0.5
+def test_pathological_input_does_not_hang_the_masker(text: str) -> None:
+    _masked_within_guard(text)
 
 
 def test_tokens_match_the_exported_pattern() -> None:

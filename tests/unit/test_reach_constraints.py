@@ -438,12 +438,14 @@ def test_check_never_raises_on_odd_inputs() -> None:
 # --- cost and warnings ---------------------------------------------------------------
 
 
-def test_rules_over_a_ten_thousand_item_list_finish_quickly() -> None:
+def test_rules_over_a_ten_thousand_item_list_end() -> None:
     compiled = rules("size(params.items) <= 20", "params.items.all(i, i.qty >= 0)")
     params = {"items": [{"name": f"n{i}", "qty": float(i)} for i in range(10_000)]}
     started = time.perf_counter()
     assert failed(compiled, params) == ["size(params.items) <= 20"]
-    assert time.perf_counter() - started < 5.0  # about 0.5 s on a laptop
+    # A hang guard, not a speed target: linear evaluation takes about 0.5 s here; one
+    # that went quadratic in the list would run for minutes.
+    assert time.perf_counter() - started < 30.0
 
 
 def test_importing_and_using_celpy_raises_no_warning() -> None:
