@@ -10,6 +10,7 @@ which is the loop it belongs to.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -22,10 +23,28 @@ from reachstore._config import MAX_MESSAGE_BYTES
 from reachstore._errors import from_rpc_error
 from reachstore._rpc import Rpc
 
+# An address may list several replicas of a service ("10.0.0.1:50051,10.0.0.2:50051", or
+# one DNS name with a record per replica): calls are spread over those whose gRPC health
+# service reports SERVING, and a call one replica failed with UNAVAILABLE is repeated —
+# under the client's retry rules — on another.
+_SERVICE_CONFIG = json.dumps(
+    {"loadBalancingConfig": [{"round_robin": {}}], "healthCheckConfig": {"serviceName": ""}}
+)
 CHANNEL_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.service_config", _SERVICE_CONFIG),
 ]
+
+
+def channel_target(address: str) -> str:
+    """The gRPC target of an address: ``ipv4:a,b`` (or ``ipv6:``) for a list of replicas,
+    the address itself otherwise (a host name is resolved through DNS, every record)."""
+    parts = [part.strip() for part in address.split(",") if part.strip()]
+    if len(parts) < 2:
+        return address
+    scheme = "ipv6" if parts[0].startswith("[") else "ipv4"
+    return f"{scheme}:{','.join(parts)}"
 
 
 def _serialize(message: Message) -> bytes:
@@ -64,7 +83,7 @@ class GrpcTransport:
             if found is None:
                 channel = self._channels.get(target)
                 if channel is None:
-                    channel = grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
+                    channel = grpc.insecure_channel(channel_target(target), options=CHANNEL_OPTIONS)
                     self._channels[target] = channel
                 found = channel.unary_unary(
                     rpc.path,
@@ -107,7 +126,7 @@ class AsyncGrpcTransport:
         if found is None:
             channel = self._channels.get(target)
             if channel is None:
-                channel = grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+                channel = grpc.aio.insecure_channel(channel_target(target), options=CHANNEL_OPTIONS)
                 self._channels[target] = channel
             found = channel.unary_unary(
                 rpc.path,
