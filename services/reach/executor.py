@@ -34,7 +34,7 @@ from services.reach.channels.base import Answer, Channel, ChannelError, Outgoing
 from services.reach.config import ChannelConfig, ReachConfig
 from services.reach.metrics import BREAKER_VALUES, ReachMetrics
 from services.reach.policy.breaker import CircuitBreaker
-from services.reach.policy.bucket import TokenBucket
+from services.reach.policy.bucket import SendBucket, TokenBucket
 from services.reach.store import Change, Claim, ReachStore, Receipt, Settled
 from services.reach.watch import TaskChanges
 
@@ -60,7 +60,10 @@ class Executor:
         worker_id: str,
         changes: TaskChanges,
         rng: random.Random | None = None,
+        buckets: Mapping[str, SendBucket] | None = None,
     ) -> None:
+        """``buckets``: the send-rate bucket of each channel with a quota; by default one
+        per channel in this process (``main`` passes the database-shared ones)."""
         self._store = store
         self._config = config
         self._channels = channels
@@ -75,11 +78,15 @@ class Executor:
             name: CircuitBreaker.from_policy(cfg.breaker, on_change=self._breaker_changed(name))
             for name, cfg in config.channels.items()
         }
-        self._buckets = {
-            name: TokenBucket(cfg.send_rate_per_second)
-            for name, cfg in config.channels.items()
-            if cfg.send_rate_per_second
-        }
+        self._buckets: Mapping[str, SendBucket] = (
+            buckets
+            if buckets is not None
+            else {
+                name: TokenBucket(cfg.send_rate_per_second)
+                for name, cfg in config.channels.items()
+                if cfg.send_rate_per_second
+            }
+        )
         for name in config.channels:
             metrics.breaker.labels(name).set(0)
 

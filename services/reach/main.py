@@ -22,6 +22,7 @@ from services.reach.channels.base import SNIPPET_CHARS, Channel
 from services.reach.config import ReachConfig, load_config
 from services.reach.executor import Executor
 from services.reach.metrics import ReachMetrics
+from services.reach.policy.shared_bucket import shared_buckets
 from services.reach.store import ReachStore
 from services.reach.watch import TaskChanges
 from services.storage.engine import init_schema, make_engine, make_sessions
@@ -54,7 +55,16 @@ async def _run(settings: Settings, config: ReachConfig, channels: dict[str, Chan
     if settings.metrics_listen:
         metrics.serve(settings.metrics_listen)
     changes = TaskChanges()
-    executor = Executor(store, config, channels, mask, metrics, settings.worker_id, changes)
+    executor = Executor(
+        store,
+        config,
+        channels,
+        mask,
+        metrics,
+        settings.worker_id,
+        changes,
+        buckets=shared_buckets(sessions, config),
+    )
     for channel in channels.values():
         await channel.start()
     stop = asyncio.Event()

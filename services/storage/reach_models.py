@@ -1,4 +1,4 @@
-"""The reach tables: tasks, actions, receipts, history and alerts.
+"""The reach tables: tasks, actions, receipts, history, alerts and channel rate buckets.
 
 The action table is also the durable work queue: ``next_at`` (epoch seconds) says when an
 action is next due — a retry of a READY action, a status look-up of a PENDING or UNKNOWN
@@ -156,3 +156,16 @@ class ReachAlertRow(Base):
     delivery_attempts: Mapped[int] = mapped_column(Integer, default=0)
     delivery_error: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class ReachChannelBucketRow(Base):
+    """A channel's send-rate token bucket, shared by every reach worker on this database
+    (``services/reach/policy/shared_bucket.py``). ``version`` makes each update a
+    compare-and-set, so that two workers never both take the last token."""
+
+    __tablename__ = "reach_channel_buckets"
+
+    channel: Mapped[str] = mapped_column(String(128), primary_key=True)
+    tokens: Mapped[float] = mapped_column(Float)
+    stamp: Mapped[float] = mapped_column(Float)  # epoch seconds of the last refill
+    version: Mapped[int] = mapped_column(Integer, default=0)

@@ -21,11 +21,20 @@ import asyncio
 import math
 import time
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 # Float drift in ``tokens + elapsed·rate`` must not refuse a caller who waited exactly the
 # advised time (with a fake clock it would be told to wait a sliver too small to move the
 # clock, forever). A billionth of a token per send is the only excess over the rate.
 _EPSILON = 1e-9
+
+
+class SendBucket(Protocol):
+    """What the executor asks of a channel's bucket before each send."""
+
+    async def acquire(self) -> float:
+        """Waits for a token, takes it, and answers the seconds waited."""
+        ...
 
 
 class TokenBucket:
@@ -53,26 +62,48 @@ class TokenBucket:
     def reserve(self) -> float:
         """Takes one token and answers 0.0 if there is one now; otherwise answers the seconds
         until there will be one, and takes nothing."""
-        now = self._clock()
-        if now > self._stamp:
-            self._tokens = min(self.burst, self._tokens + (now - self._stamp) * self.rate_per_s)
-        # A clock that stepped back grants nothing, and refilling resumes from where it is now
-        # (keeping the later stamp would stall the bucket until the clock caught up).
-        self._stamp = now
-        missing = 1.0 - self._tokens
-        if missing <= _EPSILON:
-            self._tokens = max(0.0, self._tokens - 1.0)
-            return 0.0
-        return missing / self.rate_per_s
+        self._tokens, self._stamp, wait = take(
+            self._tokens, self._stamp, self._clock(), self.rate_per_s, self.burst
+        )
+        return wait
 
     async def acquire(self) -> float:
         """Waits until a token can be taken, takes it, and answers the seconds waited (by the
         bucket's clock; 0.0 when none was needed). Cancelling the wait takes nothing."""
-        wait = self.reserve()
-        if wait == 0.0:
-            return 0.0
-        start = self._clock()
-        while wait > 0.0:
-            await self._sleep(wait)
-            wait = self.reserve()
-        return max(0.0, self._clock() - start)
+
+        async def reserve() -> float:
+            return self.reserve()
+
+        return await wait_for_token(reserve, self._clock, self._sleep)
+
+
+def take(
+    tokens: float, stamp: float, now: float, rate: float, burst: float
+) -> tuple[float, float, float]:
+    """One reservation on a bucket that held ``tokens`` at ``stamp``: the tokens and stamp
+    it holds afterwards, and the seconds to wait (0.0: a token was taken)."""
+    if now > stamp:
+        tokens = min(burst, tokens + (now - stamp) * rate)
+    # A clock that stepped back grants nothing, and refilling resumes from where it is now
+    # (keeping the later stamp would stall the bucket until the clock caught up).
+    missing = 1.0 - tokens
+    if missing <= _EPSILON:
+        return max(0.0, tokens - 1.0), now, 0.0
+    return tokens, now, missing / rate
+
+
+async def wait_for_token(
+    reserve: Callable[[], Awaitable[float]],
+    clock: Callable[[], float],
+    sleep: Callable[[float], Awaitable[None]],
+) -> float:
+    """Asks ``reserve`` until it grants a token, sleeping the advised time in between;
+    answers the seconds waited."""
+    wait = await reserve()
+    if wait == 0.0:
+        return 0.0
+    start = clock()
+    while wait > 0.0:
+        await sleep(wait)
+        wait = await reserve()
+    return max(0.0, clock() - start)
