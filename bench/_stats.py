@@ -28,16 +28,21 @@ def p50_ms(samples: Sequence[float]) -> float:
     return 1000 * float(np.median(np.asarray(samples, dtype=np.float64)))
 
 
-def timed_p50_ms(fn: Callable[[], Any], n: int) -> float:
-    """p50 of ``n`` calls of ``fn``, after a few untimed ones."""
-    for _ in range(min(20, n)):
+def timed_samples(fn: Callable[[], Any], n: int, warm_up: int = 20) -> list[float]:
+    """Seconds taken by each of ``n`` calls of ``fn``, after up to ``warm_up`` untimed ones."""
+    for _ in range(min(warm_up, n)):
         fn()
     samples = []
     for _ in range(n):
         t = time.perf_counter()
         fn()
         samples.append(time.perf_counter() - t)
-    return p50_ms(samples)
+    return samples
+
+
+def timed_p50_ms(fn: Callable[[], Any], n: int) -> float:
+    """p50 of ``n`` calls of ``fn``, after a few untimed ones."""
+    return p50_ms(timed_samples(fn, n))
 
 
 def _process_cpu_seconds(pid: int) -> float:

@@ -37,7 +37,7 @@ from typing import Any
 
 import psycopg
 from _reach_service import add_engine_arguments, postgres_database
-from _stats import latency_stats
+from _stats import latency_stats, timed_samples
 
 from services.embedding import UsemEmbedder
 from services.query.index import CancelToken
@@ -65,12 +65,7 @@ def _lines(path: Path, count: int, namespace: str) -> list[dict[str, Any]]:
 
 
 def _timed(fn: Callable[[], object], n: int) -> dict[str, float]:
-    samples = []
-    for _ in range(n):
-        started = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - started)
-    return latency_stats(samples)
+    return latency_stats(timed_samples(fn, n, warm_up=0))
 
 
 class Replica:
