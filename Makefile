@@ -7,6 +7,7 @@ PIP    := $(VENV)/bin/pip
 .PHONY: up test install install-test generate check-protos lint format docs bench clean
 .PHONY: ts-install ts-generate ts-check ts-test
 .PHONY: go-install go-generate go-check
+.PHONY: browser-install
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,7 +28,7 @@ up: install
 
 ## Install what the tests need and run the whole suite. pytest's exit 5 (no test
 ## collected) counts as a failure.
-test: install-test
+test: install-test browser-install
 	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
 	$(MAKE) ts-test
@@ -71,6 +72,20 @@ go-generate: install-test go-install
 
 go-check: install-test go-install
 	scripts/go_client.sh check
+
+## The operator console's browser tests drive Debian's chromium through Playwright (a test
+## tool's own browser download does not work here): apt-get installs it only when missing,
+## refreshing the package lists only when the first attempt fails.
+CHROMIUM := /usr/bin/chromium
+SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
+
+browser-install:
+	@if [ -x $(CHROMIUM) ]; then echo "chromium already installed"; else \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null \
+	  || { echo "apt-get install failed; refreshing the package lists and trying again" >&2; \
+	       $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	       $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; }; \
+	fi
 
 ## Lint, format check (ruff) and type check (mypy); `make format` rewrites.
 lint: install-test

@@ -26,6 +26,8 @@ from starlette.types import Receive, Scope, Send
 
 from services.bridge import error_responses, http_body, json_codec
 from services.bridge.backends import DEFAULT_SERVICES, Backends, backend_addresses
+from services.bridge.console import PREFIX as CONSOLE_PREFIX
+from services.bridge.console import Console
 from services.bridge.error_responses import JsonResponse
 from services.bridge.openapi import build_openapi
 from services.bridge.request_builder import build_request
@@ -239,6 +241,16 @@ def create_app(
 
     # An ASGI endpoint (not a function) makes Starlette pass every method through, so 405
     # and 404 answers are ours, in the error shape, never Starlette's plain-text pages.
-    app = Starlette(routes=[StarletteRoute("/{path:path}", endpoint=bridge)], lifespan=lifespan)
+    # The operator console's static files; the page itself calls the API routes below.
+    console = Console()
+    routes = [
+        StarletteRoute(CONSOLE_PREFIX, endpoint=console),
+        StarletteRoute(CONSOLE_PREFIX + "/{file:path}", endpoint=console),
+        StarletteRoute("/{path:path}", endpoint=bridge),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan)
+    # "{path:path}" does not match a path holding a newline (%0A); such paths still get
+    # our 404 body rather than Starlette's plain-text one.
+    app.router.default = bridge
     app.state.bridge = bridge
     return app

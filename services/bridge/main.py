@@ -18,6 +18,7 @@ from typing import Any
 import uvicorn
 
 from services.bridge.app import create_app
+from services.bridge.slow_clients import GuardedHttpProtocol, guarded_protocol
 from services.common import logs
 from services.common.config import ConfigError, Settings
 
@@ -50,13 +51,24 @@ def bind_socket(listen: str) -> socket.socket:
     return sock
 
 
-def uvicorn_config(app: Any, sock: socket.socket) -> uvicorn.Config:
+def uvicorn_config(
+    app: Any, sock: socket.socket, settings: Settings | None = None
+) -> uvicorn.Config:
+    """uvicorn's httptools server with the slow-client guard (``slow_clients.py``): request
+    deadlines and a connection cap from ``settings`` (their defaults without)."""
     host, port = sock.getsockname()[:2]
+    defaults = GuardedHttpProtocol
+    protocol = guarded_protocol(
+        settings.http_head_timeout_s if settings else defaults.head_timeout_s,
+        settings.http_body_timeout_s if settings else defaults.body_timeout_s,
+        settings.http_max_connections if settings else defaults.max_connections,
+    )
     return uvicorn.Config(
         app,
         host=host,
         port=port,
-        http="httptools",
+        http=protocol,
+        ws="none",  # the bridge serves no websockets; an upgrade is answered as plain HTTP
         log_config=None,
         access_log=False,
         lifespan="on",
@@ -67,7 +79,7 @@ def uvicorn_config(app: Any, sock: socket.socket) -> uvicorn.Config:
 async def serve(settings: Settings) -> None:
     app = create_app(settings)
     sock = bind_socket(settings.listen)
-    server = uvicorn.Server(uvicorn_config(app, sock))
+    server = uvicorn.Server(uvicorn_config(app, sock, settings))
     host, port = sock.getsockname()[:2]
     # Tools (and tests) read this line to learn the port when REACHSTORE_LISTEN ends in :0.
     log.info(

@@ -98,6 +98,21 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
         "without a key acts for the local tenant, and `reachstore up` binds loopback only.",
     ),
     "REACHSTORE_LOG_LEVEL": ("INFO", "Log level of every component."),
+    "REACHSTORE_HTTP_HEAD_TIMEOUT_S": (
+        "10",
+        "Bridge: seconds a connection has, from opening (or from the first byte of a later "
+        "request on it), to send a complete request head; then 408 and the connection closes.",
+    ),
+    "REACHSTORE_HTTP_BODY_TIMEOUT_S": (
+        "60",
+        "Bridge: seconds a request has, after its head, to send its whole body; then the "
+        "connection closes.",
+    ),
+    "REACHSTORE_HTTP_MAX_CONNECTIONS": (
+        "2000",
+        "Bridge: open HTTP connections it serves at once; a request on a connection beyond "
+        "them gets 503 TOO_MANY_CONNECTIONS and the connection closes.",
+    ),
 }
 
 
@@ -109,6 +124,17 @@ def _int(env: Mapping[str, str], name: str, minimum: int) -> int:
         raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
     if value < minimum:
         raise ConfigError(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def _seconds(env: Mapping[str, str], name: str) -> float:
+    raw = env.get(name, ENVIRONMENT[name][0])
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number of seconds, got {raw!r}") from None
+    if not 0 < value < 86400:
+        raise ConfigError(f"{name} must be more than 0 and less than a day, got {raw!r}")
     return value
 
 
@@ -171,6 +197,9 @@ class Settings:
     log_level: str
     require_keys: bool
     limits: Limits
+    http_head_timeout_s: float = 10.0
+    http_body_timeout_s: float = 60.0
+    http_max_connections: int = 2000
 
     @classmethod
     def from_env(
@@ -222,4 +251,7 @@ class Settings:
             require_keys=_bool(env, "REACHSTORE_REQUIRE_KEYS"),
             limits=Limits.from_env(env),
             log_level=env.get("REACHSTORE_LOG_LEVEL", "INFO").upper(),
+            http_head_timeout_s=_seconds(env, "REACHSTORE_HTTP_HEAD_TIMEOUT_S"),
+            http_body_timeout_s=_seconds(env, "REACHSTORE_HTTP_BODY_TIMEOUT_S"),
+            http_max_connections=_int(env, "REACHSTORE_HTTP_MAX_CONNECTIONS", 1),
         )

@@ -13,7 +13,7 @@ import dataclasses
 from typing import Any
 
 import grpc
-from google.protobuf import struct_pb2
+from google.protobuf import json_format, struct_pb2
 from google.rpc import error_details_pb2, status_pb2
 
 from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
@@ -351,6 +351,13 @@ ACTION_NOT_RESOLVABLE = _entry(
     _S.FAILED_PRECONDITION,
     "Only an UNKNOWN or NEEDS_REVIEW action can be resolved by an operator.",
 )
+ACTION_NOT_RECHECKABLE = _entry(
+    "ACTION_NOT_RECHECKABLE",
+    _P,
+    _S.FAILED_PRECONDITION,
+    "Only an UNKNOWN or NEEDS_REVIEW action on a channel with a status look-up can be looked "
+    "up again on request; structured_data says which condition failed.",
+)
 
 # --- reach: per action (inside responses) ----------------------------------------------------
 ACTION_IN_FLIGHT = _entry(
@@ -522,6 +529,32 @@ DEADLINE_EXCEEDED = _entry(
     _S.DEADLINE_EXCEEDED,
     "The whole request ran out of time.",
     retry_after_ms=1000,
+)
+REQUEST_TOO_SLOW = _entry(
+    "REQUEST_TOO_SLOW",
+    _TO,
+    _S.DEADLINE_EXCEEDED,
+    "The HTTP request head or body did not arrive within the bridge's deadline; the "
+    "connection is closed. structured_data says which part and the deadline.",
+    retry_after_ms=1000,
+    bridge_http_status=408,
+)
+HEADERS_TOO_LARGE = _entry(
+    "HEADERS_TOO_LARGE",
+    _P,
+    _S.INVALID_ARGUMENT,
+    "The HTTP request line and headers are larger than the bridge reads; structured_data "
+    "has the limit. The connection is closed.",
+    bridge_http_status=431,
+)
+TOO_MANY_CONNECTIONS = _entry(
+    "TOO_MANY_CONNECTIONS",
+    _T,
+    _S.UNAVAILABLE,
+    "The bridge holds as many open HTTP connections as it accepts; retry after the "
+    "advised wait. structured_data has the limit.",
+    retry_after_ms=1000,
+    bridge_http_status=503,
 )
 INTERNAL = _entry(
     "INTERNAL",
@@ -695,6 +728,63 @@ def to_rpc_status(error: ReachstoreError) -> status_pb2.Status:
     for extra in error.details:
         status.details.add().Pack(extra)
     return status
+
+
+# gRPC clients refuse trailing metadata over 16 KiB (and may refuse it from 8 KiB on); the
+# status travels there base64-encoded, next to its message. An error that echoes a huge
+# value back (a 70 kB name in a rejected action) has its texts shortened from
+# TRIM_STATUS_BYTES on; details are dropped only beyond MAX_STATUS_BYTES, which the many
+# short per-namespace details of a 32-namespace query stay under.
+TRIM_STATUS_BYTES = 4096
+MAX_STATUS_BYTES = 10 * 1024
+
+
+def _trim_text(text: str, limit: int) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
+
+
+def _trim_value(value: Any, depth: int = 0) -> Any:
+    if isinstance(value, str):
+        return _trim_text(value, 200)
+    if depth > 6:
+        return "…"
+    if isinstance(value, dict):
+        items = list(value.items())[:20]
+        return {_trim_text(str(k), 64): _trim_value(v, depth + 1) for k, v in items}
+    if isinstance(value, list):
+        return [_trim_value(v, depth + 1) for v in value[:20]]
+    return value
+
+
+def _trim_failure(failure: pf_pb2.PartialFailure) -> pf_pb2.PartialFailure:
+    short = pf_pb2.PartialFailure()
+    short.CopyFrom(failure)
+    short.message = _trim_text(failure.message, 512)
+    short.namespace = _trim_text(failure.namespace, 128)
+    short.document_id = _trim_text(failure.document_id, 128)
+    short.action_id = _trim_text(failure.action_id, 128)
+    short.structured_data.Clear()
+    short.structured_data.update(_trim_value(json_format.MessageToDict(failure.structured_data)))
+    return short
+
+
+def fitted_rpc_status(error: ReachstoreError) -> status_pb2.Status:
+    """``to_rpc_status``, shortened when it would not fit in a status trailer: long texts
+    are cut (saying how long they were) and extra details dropped (saying how many)."""
+    status = to_rpc_status(error)
+    if status.ByteSize() <= TRIM_STATUS_BYTES and len(status.message) <= 1024:
+        return status
+    short = ReachstoreError(error.spec, _trim_text(error.failure.message, 512))
+    short.field = _trim_text(error.field, 128) if error.field is not None else None
+    short.failure = _trim_failure(error.failure)
+    short.details = [_trim_failure(d) for d in error.details]
+    omitted = 0
+    while short.details and to_rpc_status(short).ByteSize() > MAX_STATUS_BYTES:
+        short.details.pop()
+        omitted += 1
+    if omitted:
+        short.failure.structured_data["details_omitted"] = omitted
+    return to_rpc_status(short)
 
 
 def failures_from_rpc_status(status: status_pb2.Status) -> list[pf_pb2.PartialFailure]:

@@ -16,12 +16,14 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 import grpc
+from google.protobuf import descriptor_pool, message_factory
+from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from grpc_status import rpc_status
 
 from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
-from services.common import database_errors, errors, identity, limits
+from services.common import database_errors, errors, identity, limits, wire
 from services.common.auth import Authenticator, Caller
 from services.common.limits import CallKind, RequestLimiter
 
@@ -51,7 +53,7 @@ NO_TRANSPORT_RETRY = ("grpc-retry-pushback-ms", "-1")
 
 async def abort_with(context: grpc.aio.ServicerContext, error: errors.ReachstoreError) -> None:
     """Ends the call with ``error`` as a rich status (google.rpc details + PartialFailure)."""
-    status = rpc_status.to_status(errors.to_rpc_status(error))
+    status = rpc_status.to_status(errors.fitted_rpc_status(error))
     await context.abort_with_status(
         _Status(status.code, status.details, (*status.trailing_metadata, NO_TRANSPORT_RETRY))
     )
@@ -96,6 +98,9 @@ def _wrap_unary(
     async def handler(request: Any, context: grpc.aio.ServicerContext) -> Any:
         token = None
         audited: AuditedCall | None = None
+        undecodable = request if isinstance(request, _Undecodable) else None
+        if undecodable is not None:
+            request = undecodable.empty  # authenticated and audited like any other call
         try:
             if authenticator is not None and authenticator.guards(method):
                 who = authenticator.authenticate(method, metadata)
@@ -106,6 +111,8 @@ def _wrap_unary(
                 token = identity.set_caller(who)
                 if guards.audit is not None:
                     audited = guards.audit.begin(method, scope, request, who, metadata)
+            if undecodable is not None:
+                raise undecodable.error
             result = await behavior(request, context)
             if audited is not None:
                 await audited.end(grpc.StatusCode.OK)
@@ -196,9 +203,45 @@ class _CallGuard(grpc.aio.ServerInterceptor):
                 self._guards,
                 tuple(handler_call_details.invocation_metadata or ()),
             ),
-            request_deserializer=handler.request_deserializer,
+            request_deserializer=_tolerant(
+                handler.request_deserializer, handler_call_details.method
+            ),
             response_serializer=handler.response_serializer,
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Undecodable:
+    """A request whose bytes protobuf refused, standing in for it until the handler can
+    answer INVALID_ARGUMENT naming the field (an exception in the deserializer itself would
+    leave as a bare UNKNOWN)."""
+
+    empty: Any
+    error: errors.ReachstoreError
+
+
+def _tolerant(
+    deserialize: Callable[[bytes], Any] | None, method: str
+) -> Callable[[bytes], Any] | None:
+    if deserialize is None:
+        return None
+    service, _, name = method.strip("/").rpartition("/")
+    try:
+        descriptor = descriptor_pool.Default().FindServiceByName(service)
+        input_type = descriptor.methods_by_name[name].input_type
+    except KeyError:
+        return deserialize
+    message_class = message_factory.GetMessageClass(input_type)
+
+    def parse(data: bytes) -> Any:
+        try:
+            return deserialize(data)
+        except DecodeError as exc:
+            field, rule = wire.locate(input_type, data)
+            error = errors.invalid(field, f"{rule} ({exc})")
+            return _Undecodable(message_class(), error)
+
+    return parse
 
 
 def create_server(

@@ -6,6 +6,7 @@ The proto comments and the README quote these values; ingest and query both chec
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sized
 
 from services.common import errors
 
@@ -29,6 +30,16 @@ MAX_TOP_K = 100
 DEFAULT_TOP_K = 10
 MAX_PAGE_SIZE = 100
 DEFAULT_PAGE_SIZE = 20
+# Entries of a query's namespaces list before de-duplication; at most
+# REACHSTORE_QUERY_MAX_NAMESPACES of them may be distinct.
+MAX_NAMESPACE_ENTRIES = 1000
+
+
+def check_count(values: Sized, field: str, limit: int, what: str = "entries") -> None:
+    """Every list and map of a request has a cap: more entries than ``limit`` is a bad
+    request naming the field, the limit and the count, refused before anything is done."""
+    if len(values) > limit:
+        raise errors.over_limit(errors.INVALID_ARGUMENT, field, what, limit, len(values))
 
 
 def is_namespace_name(name: str) -> bool:
@@ -47,7 +58,7 @@ def check_document_id(document_id: str, field: str) -> str:
     return document_id
 
 
-def check_metadata(metadata: dict[str, str], field: str) -> None:
+def check_metadata(metadata: Mapping[str, str], field: str) -> None:
     if len(metadata) > MAX_METADATA_KEYS:
         raise errors.invalid(
             field,

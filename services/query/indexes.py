@@ -97,6 +97,13 @@ class IndexManager:
         ).start()
         return slot
 
+    def state_of(self, namespace_id: int) -> str:
+        """The index's state in this replica: loading, rebuilding, ready, or not_loaded
+        when nothing has needed it since the replica started."""
+        with self._slots_lock:
+            slot = self._slots.get(namespace_id)
+        return "not_loaded" if slot is None else slot.state
+
     def warm(self) -> None:
         """Starts loading every namespace of the store (at service start)."""
         for tenant, info in self._store.all_namespaces():

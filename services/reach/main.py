@@ -69,7 +69,17 @@ async def _run(settings: Settings, config: ReachConfig, channels: dict[str, Chan
         await channel.start()
     stop = asyncio.Event()
     running = asyncio.create_task(executor.run(stop))
-    servicer = ReachServicer(store, config, channels, executor.breakers, executor.wake, changes)
+    servicer = ReachServicer(
+        store,
+        config,
+        channels,
+        executor.breakers,
+        executor.wake,
+        changes,
+        metrics=metrics,
+        replica=settings.worker_id,
+        masker=masker,
+    )
 
     async def wind_down() -> None:
         stop.set()

@@ -81,6 +81,9 @@ def plan_task(
         raise errors.over_limit(
             errors.INVALID_ARGUMENT, "actions", "actions", MAX_ACTIONS, len(spec.actions)
         )
+    for i, action in enumerate(spec.actions):
+        # Each entry names another action of the task, so more than that is never valid.
+        names.check_count(action.depends_on, f"actions[{i}].depends_on", MAX_ACTIONS, "names")
     problems: list[_Problem] = []
     _check_graph(spec.actions, problems)
     plans: list[ActionPlan] = []

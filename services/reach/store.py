@@ -147,6 +147,17 @@ class Settled:
     alerts: tuple[int, ...] = ()
 
 
+@dataclasses.dataclass(frozen=True)
+class HealthRows:
+    """Plain rows for ``services.reach.health``: (channel, state, count) now; (channel,
+    created_at, finished_at) of actions finished in the window; (channel, at, to_state,
+    reason) of state changes in the window."""
+
+    current: list[tuple[str, str, int]]
+    finished: list[tuple[str, dt.datetime, dt.datetime]]
+    changes: list[tuple[str, dt.datetime, str, str]]
+
+
 class ReachStore:
     """``masker`` given: every state change of an action also leaves an audit event in the
     outbox, in the same transaction (the article's five fields: caller, idempotency key,
@@ -412,6 +423,62 @@ class ReachStore:
                 )
             )
             return {(c, s): n for c, s, n in rows}
+
+    def list_actions(
+        self,
+        tenant: str,
+        states: Sequence[str],
+        channel: str,
+        created_after: dt.datetime | None,
+        created_before: dt.datetime | None,
+        limit: int,
+        after: str | None,
+    ) -> list[ReachActionRow]:
+        """Actions across tasks, oldest first (ids sort by creation time); ``after`` is the
+        last action id of the previous page."""
+        stmt = select(ReachActionRow).where(ReachActionRow.tenant == tenant)
+        if states:
+            stmt = stmt.where(ReachActionRow.state.in_(states))
+        if channel:
+            stmt = stmt.where(ReachActionRow.channel == channel)
+        if created_after is not None:
+            stmt = stmt.where(ReachActionRow.created_at >= created_after)
+        if created_before is not None:
+            stmt = stmt.where(ReachActionRow.created_at <= created_before)
+        if after is not None:
+            stmt = stmt.where(ReachActionRow.action_id > after)
+        with self._sessions() as session:
+            return list(session.scalars(stmt.order_by(ReachActionRow.action_id).limit(limit)))
+
+    def health_rows(self, tenant: str, since: dt.datetime) -> HealthRows:
+        """What per-channel health is computed from: the tenant's actions per state now,
+        and the latencies and state changes since ``since``."""
+        with self._sessions() as session:
+            current = session.execute(
+                select(ReachActionRow.channel, ReachActionRow.state, func.count())
+                .where(ReachActionRow.tenant == tenant)
+                .group_by(ReachActionRow.channel, ReachActionRow.state)
+            ).all()
+            finished = session.execute(
+                select(
+                    ReachActionRow.channel, ReachActionRow.created_at, ReachActionRow.finished_at
+                ).where(ReachActionRow.tenant == tenant, ReachActionRow.finished_at >= since)
+            ).all()
+            changes = session.execute(
+                select(
+                    ReachActionRow.channel,
+                    ReachHistoryRow.at,
+                    ReachHistoryRow.to_state,
+                    ReachHistoryRow.reason,
+                )
+                .join(ReachActionRow, ReachActionRow.action_id == ReachHistoryRow.action_id)
+                .where(ReachHistoryRow.tenant == tenant, ReachHistoryRow.at >= since)
+            ).all()
+        return HealthRows(
+            current=[(c, s, n) for c, s, n in current],
+            finished=[(c, a, b) for c, a, b in finished if b is not None],
+            changes=[(c, at, to, why) for c, at, to, why in changes],
+        )
 
     # --- the work queue --------------------------------------------------------------------
 

@@ -17,6 +17,9 @@ from services.storage.keys import KeyRecord, KeySpec, KeyStore
 
 MAX_NAME = 128
 MAX_PATTERNS = 64
+MAX_SCOPES = 16
+# A lifetime beyond this is no lifetime at all (and would overflow the clock): 100 years.
+MAX_TTL_SECONDS = 100 * 365 * 24 * 3600
 
 
 def key_to_pb(record: KeyRecord) -> pb.ApiKey:
@@ -45,10 +48,10 @@ def check_key_request(
     """Validates what a new key asks for. Shared with the CLI."""
     if len(name) > MAX_NAME:
         raise errors.invalid("name", f"at most {MAX_NAME} characters")
+    names.check_count(scopes, "scopes", MAX_SCOPES)
     if not scopes or any(s not in SCOPES for s in scopes):
         raise errors.invalid("scopes", f"one or more of {', '.join(SCOPES)}", allowed=list(SCOPES))
-    if len(namespaces) > MAX_PATTERNS:
-        raise errors.invalid("namespaces", f"at most {MAX_PATTERNS} patterns")
+    names.check_count(namespaces, "namespaces", MAX_PATTERNS, "patterns")
     for i, pattern in enumerate(namespaces):
         if not names.is_namespace_name(pattern.replace("*", "a").replace("?", "a")):
             raise errors.invalid(
@@ -58,15 +61,19 @@ def check_key_request(
             )
     _check_names("channels", channels, "a channel name", allow_wildcards=True)
     _check_names("groups", groups, "a group name", allow_wildcards=False)
-    if ttl_seconds < 0:
-        raise errors.invalid("ttl_seconds", "must not be negative (0 means no expiry)")
+    if not 0 <= ttl_seconds <= MAX_TTL_SECONDS:
+        raise errors.invalid(
+            "ttl_seconds",
+            f"0 (no expiry) to {MAX_TTL_SECONDS} seconds",
+            limit=MAX_TTL_SECONDS,
+            actual=ttl_seconds,
+        )
     expires = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=ttl_seconds) if ttl_seconds else None
     return KeySpec(name, tuple(scopes), tuple(namespaces), tuple(channels), tuple(groups), expires)
 
 
 def _check_names(field: str, values: list[str], what: str, allow_wildcards: bool) -> None:
-    if len(values) > MAX_PATTERNS:
-        raise errors.invalid(field, f"at most {MAX_PATTERNS} entries")
+    names.check_count(values, field, MAX_PATTERNS)
     for i, value in enumerate(values):
         plain = value.replace("*", "a").replace("?", "a") if allow_wildcards else value
         if not names.is_namespace_name(plain):

@@ -82,6 +82,9 @@ def _event_fields(message: pb.AuditEvent, masker: Masker, index: int) -> dict[st
     params = masker.mask_value(json_format.MessageToDict(message.params))
     category = ""
     if message.category:
+        if message.category not in pf_pb2.Category.values():
+            # An open enum carries numbers nobody defined; Name() would raise on them.
+            raise errors.invalid(f"{where}.category", "one of the Category values")
         category = pf_pb2.Category.Name(message.category).removeprefix("CATEGORY_").lower()
     return {
         "event_id": message.event_id,
@@ -109,7 +112,8 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
     async def AppendEvents(
         self, request: pb.AppendEventsRequest, context: grpc.aio.ServicerContext
     ) -> pb.AppendEventsResponse:
-        if not 1 <= len(request.events) <= MAX_BATCH:
+        names.check_count(request.events, "events", MAX_BATCH, "events")
+        if not request.events:
             raise errors.invalid("events", f"1 to {MAX_BATCH} events per batch")
         fields = [_event_fields(e, self._masker, i) for i, e in enumerate(request.events)]
         appended, duplicates = await asyncio.to_thread(self._store.append, fields)

@@ -28,6 +28,8 @@ from services.common.identity import caller
 from services.common.limits import RequestLimiter
 from services.common.timefmt import rfc3339
 from services.embedding import Embedder
+from services.query.api.namespace_health import NamespaceHealthCalls
+from services.query.coverage import CoverageLog
 from services.query.fanout import FanOut
 from services.query.index import CancelToken, Hit, SearchCancelled, merge_hits
 from services.query.indexes import IndexManager, Slot
@@ -82,7 +84,7 @@ def _document_to_pb(doc: DocumentInfo) -> pb.Document:
     )
 
 
-class QueryServicer(pb_grpc.QueryServiceServicer):
+class QueryServicer(NamespaceHealthCalls, pb_grpc.QueryServiceServicer):
     def __init__(
         self,
         store: SemanticStore,
@@ -96,6 +98,7 @@ class QueryServicer(pb_grpc.QueryServiceServicer):
         fault_delay_ms: Mapping[str, int] | None = None,
         metrics: QueryMetrics | None = None,
         limiter: RequestLimiter | None = None,
+        coverage: CoverageLog | None = None,
     ) -> None:
         self._store = store
         self._indexes = indexes
@@ -107,6 +110,7 @@ class QueryServicer(pb_grpc.QueryServiceServicer):
         self._fault_delay_ms = dict(fault_delay_ms or {})
         self.metrics = metrics or QueryMetrics()
         self._limiter = limiter
+        self.coverage = coverage or CoverageLog()
 
     # --- request checks -----------------------------------------------------------------
 
@@ -121,6 +125,7 @@ class QueryServicer(pb_grpc.QueryServiceServicer):
                     "example": {"namespaces": [request.namespace[:64]]},
                 },
             )
+        names.check_count(request.namespaces, "namespaces", names.MAX_NAMESPACE_ENTRIES)
         requested = list(dict.fromkeys(request.namespaces))  # de-duplicate, keep order
         if not requested:
             raise errors.invalid("namespaces", 'at least one namespace is required (or ["*"])')
@@ -155,6 +160,8 @@ class QueryServicer(pb_grpc.QueryServiceServicer):
             raise errors.invalid(
                 "top_k", f"must be between 1 and {names.MAX_TOP_K} (0 means {names.DEFAULT_TOP_K})"
             )
+        # The filter is a metadata match: the same caps as a document's metadata.
+        names.check_metadata(request.filter, "filter")
         if request.timeout_ms < 0:
             raise errors.invalid("timeout_ms", "must not be negative (0 means the server default)")
         budget_ms = min(request.timeout_ms or self._default_ms, self._cap_ms)
@@ -205,7 +212,25 @@ class QueryServicer(pb_grpc.QueryServiceServicer):
             name: self._outcome(name, outcome, tokens[name], budget_ms)
             for name, outcome in finished.items()
         }
+        self._count_coverage(who.tenant, shared.heads, outcomes)
         return self._respond(request, requested, outcomes, top_k)
+
+    def _count_coverage(
+        self,
+        tenant: str,
+        existing: Mapping[str, NamespaceInfo],
+        outcomes: Mapping[str, list[Hit] | pf_pb2.PartialFailure],
+    ) -> None:
+        """Feeds ListNamespaceHealth: which existing namespaces answered and which did not."""
+        answered, missing = [], []
+        for name, outcome in outcomes.items():
+            if name not in existing:
+                continue
+            if isinstance(outcome, pf_pb2.PartialFailure):
+                missing.append((name, int(outcome.category), outcome.error_code))
+            else:
+                answered.append(name)
+        self.coverage.record(tenant, answered, missing)
 
     def _expand_star(self, who: Caller) -> list[str]:
         return [n for n in self._store.namespace_names(who.tenant) if who.may_use(n)]

@@ -20,13 +20,16 @@ from reachstore.reach.v1 import reach_service_pb2_grpc as pb_grpc
 from services.audit import outbox
 from services.common import errors, names, paging
 from services.common.identity import caller
+from services.common.pii import Masker
 from services.common.timefmt import rfc3339
 from services.common.tracing import trace_from_metadata
 from services.reach import states as st
 from services.reach.api import convert
+from services.reach.api.operator import OperatorCalls, replica_name
 from services.reach.channels.base import Channel, Outgoing
 from services.reach.config import ReachConfig
-from services.reach.planning import plan_task
+from services.reach.metrics import ReachMetrics
+from services.reach.planning import MAX_ACTIONS, plan_task
 from services.reach.policy.breaker import CircuitBreaker
 from services.reach.store import Change, ReachStore, Settled
 from services.reach.watch import TaskChanges
@@ -38,7 +41,7 @@ _UNSENT = (st.BLOCKED, st.READY)
 _SENT_OPEN = (st.PENDING, st.UNKNOWN, st.NEEDS_REVIEW)
 
 
-class ReachServicer(pb_grpc.ReachServiceServicer):
+class ReachServicer(OperatorCalls, pb_grpc.ReachServiceServicer):
     def __init__(
         self,
         store: ReachStore,
@@ -47,6 +50,9 @@ class ReachServicer(pb_grpc.ReachServiceServicer):
         breakers: Mapping[str, CircuitBreaker],
         wake: Callable[[], None],
         changes: TaskChanges,
+        metrics: ReachMetrics | None = None,
+        replica: str = "",
+        masker: Masker | None = None,
     ) -> None:
         self._store = store
         self._config = config
@@ -54,12 +60,17 @@ class ReachServicer(pb_grpc.ReachServiceServicer):
         self._breakers = breakers
         self._wake = wake
         self._changes = changes
+        self._metrics = metrics
+        self._replica = replica_name(replica)
+        self._masker = masker
 
     # --- submitting ------------------------------------------------------------------------
 
     async def SubmitTask(
         self, request: pb.SubmitTaskRequest, context: grpc.aio.ServicerContext
     ) -> pb.SubmitTaskResponse:
+        # Counted before the actions are decoded: an oversized list costs nothing.
+        names.check_count(request.actions, "actions", MAX_ACTIONS, "actions")
         plan = plan_task(
             convert.task_spec(request),
             caller(context),

@@ -137,3 +137,59 @@ class ListDocumentsResponse(_message.Message):
     next_page_token: str
     partial_failures: _containers.RepeatedCompositeFieldContainer[_partial_failure_pb2.PartialFailure]
     def __init__(self, documents: _Optional[_Iterable[_Union[Document, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., partial_failures: _Optional[_Iterable[_Union[_partial_failure_pb2.PartialFailure, _Mapping]]] = ...) -> None: ...
+
+class ListNamespaceHealthRequest(_message.Message):
+    __slots__ = ("page_size", "page_token", "window_s")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_S_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    window_s: int
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., window_s: _Optional[int] = ...) -> None: ...
+
+class MissingCount(_message.Message):
+    __slots__ = ("category", "error_code", "count")
+    CATEGORY_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    category: _partial_failure_pb2.Category
+    error_code: str
+    count: int
+    def __init__(self, category: _Optional[_Union[_partial_failure_pb2.Category, str]] = ..., error_code: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
+
+class NamespaceHealth(_message.Message):
+    __slots__ = ("name", "document_count", "chunk_count", "index_state", "queries", "missing", "coverage_ratio", "missing_by", "last_missing_at")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENT_COUNT_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_COUNT_FIELD_NUMBER: _ClassVar[int]
+    INDEX_STATE_FIELD_NUMBER: _ClassVar[int]
+    QUERIES_FIELD_NUMBER: _ClassVar[int]
+    MISSING_FIELD_NUMBER: _ClassVar[int]
+    COVERAGE_RATIO_FIELD_NUMBER: _ClassVar[int]
+    MISSING_BY_FIELD_NUMBER: _ClassVar[int]
+    LAST_MISSING_AT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    document_count: int
+    chunk_count: int
+    index_state: str
+    queries: int
+    missing: int
+    coverage_ratio: float
+    missing_by: _containers.RepeatedCompositeFieldContainer[MissingCount]
+    last_missing_at: str
+    def __init__(self, name: _Optional[str] = ..., document_count: _Optional[int] = ..., chunk_count: _Optional[int] = ..., index_state: _Optional[str] = ..., queries: _Optional[int] = ..., missing: _Optional[int] = ..., coverage_ratio: _Optional[float] = ..., missing_by: _Optional[_Iterable[_Union[MissingCount, _Mapping]]] = ..., last_missing_at: _Optional[str] = ...) -> None: ...
+
+class ListNamespaceHealthResponse(_message.Message):
+    __slots__ = ("namespaces", "next_page_token", "window_s", "replica", "partial_failures")
+    NAMESPACES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_S_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_FIELD_NUMBER: _ClassVar[int]
+    PARTIAL_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    namespaces: _containers.RepeatedCompositeFieldContainer[NamespaceHealth]
+    next_page_token: str
+    window_s: int
+    replica: str
+    partial_failures: _containers.RepeatedCompositeFieldContainer[_partial_failure_pb2.PartialFailure]
+    def __init__(self, namespaces: _Optional[_Iterable[_Union[NamespaceHealth, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., window_s: _Optional[int] = ..., replica: _Optional[str] = ..., partial_failures: _Optional[_Iterable[_Union[_partial_failure_pb2.PartialFailure, _Mapping]]] = ...) -> None: ...

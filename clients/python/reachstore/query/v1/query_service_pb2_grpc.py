@@ -52,6 +52,11 @@ class QueryServiceStub:
                 request_serializer=reachstore_dot_query_dot_v1_dot_query__service__pb2.ListDocumentsRequest.SerializeToString,
                 response_deserializer=reachstore_dot_query_dot_v1_dot_query__service__pb2.ListDocumentsResponse.FromString,
                 _registered_method=True)
+        self.ListNamespaceHealth = channel.unary_unary(
+                '/reachstore.query.v1.QueryService/ListNamespaceHealth',
+                request_serializer=reachstore_dot_query_dot_v1_dot_query__service__pb2.ListNamespaceHealthRequest.SerializeToString,
+                response_deserializer=reachstore_dot_query_dot_v1_dot_query__service__pb2.ListNamespaceHealthResponse.FromString,
+                _registered_method=True)
 
 
 class QueryServiceServicer:
@@ -82,6 +87,17 @@ class QueryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListNamespaceHealth(self, request, context):
+        """The caller's namespaces with their document counts, the state of their index in the
+        query replica that answered, and how often they were missing from that replica's
+        recent answers, and why. The coverage counters live in each replica's memory (since it
+        started, at most the last 24 hours): another replica counts the queries it answered.
+        Needs the operator scope.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_QueryServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -99,6 +115,11 @@ def add_QueryServiceServicer_to_server(servicer, server):
                     servicer.ListDocuments,
                     request_deserializer=reachstore_dot_query_dot_v1_dot_query__service__pb2.ListDocumentsRequest.FromString,
                     response_serializer=reachstore_dot_query_dot_v1_dot_query__service__pb2.ListDocumentsResponse.SerializeToString,
+            ),
+            'ListNamespaceHealth': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListNamespaceHealth,
+                    request_deserializer=reachstore_dot_query_dot_v1_dot_query__service__pb2.ListNamespaceHealthRequest.FromString,
+                    response_serializer=reachstore_dot_query_dot_v1_dot_query__service__pb2.ListNamespaceHealthResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -185,6 +206,33 @@ class QueryService:
             '/reachstore.query.v1.QueryService/ListDocuments',
             reachstore_dot_query_dot_v1_dot_query__service__pb2.ListDocumentsRequest.SerializeToString,
             reachstore_dot_query_dot_v1_dot_query__service__pb2.ListDocumentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListNamespaceHealth(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/reachstore.query.v1.QueryService/ListNamespaceHealth',
+            reachstore_dot_query_dot_v1_dot_query__service__pb2.ListNamespaceHealthRequest.SerializeToString,
+            reachstore_dot_query_dot_v1_dot_query__service__pb2.ListNamespaceHealthResponse.FromString,
             options,
             channel_credentials,
             insecure,

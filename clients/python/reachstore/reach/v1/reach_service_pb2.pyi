@@ -408,3 +408,129 @@ class Channel(_message.Message):
     send_rate_per_second: float
     breaker_state: str
     def __init__(self, name: _Optional[str] = ..., kind: _Optional[str] = ..., description: _Optional[str] = ..., side_effect: _Optional[str] = ..., action_types: _Optional[_Iterable[str]] = ..., parameters_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., rules: _Optional[_Iterable[str]] = ..., idempotent: _Optional[bool] = ..., honours_idempotency_key: _Optional[bool] = ..., can_poll: _Optional[bool] = ..., can_cancel: _Optional[bool] = ..., send_rate_per_second: _Optional[float] = ..., breaker_state: _Optional[str] = ...) -> None: ...
+
+class ListActionsRequest(_message.Message):
+    __slots__ = ("states", "channel", "tenant", "min_age_s", "max_age_s", "page_size", "page_token")
+    STATES_FIELD_NUMBER: _ClassVar[int]
+    CHANNEL_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    MIN_AGE_S_FIELD_NUMBER: _ClassVar[int]
+    MAX_AGE_S_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    states: _containers.RepeatedScalarFieldContainer[ActionState]
+    channel: str
+    tenant: str
+    min_age_s: int
+    max_age_s: int
+    page_size: int
+    page_token: str
+    def __init__(self, states: _Optional[_Iterable[_Union[ActionState, str]]] = ..., channel: _Optional[str] = ..., tenant: _Optional[str] = ..., min_age_s: _Optional[int] = ..., max_age_s: _Optional[int] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListActionsResponse(_message.Message):
+    __slots__ = ("actions", "next_page_token", "tenant", "partial_failures")
+    ACTIONS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    PARTIAL_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    actions: _containers.RepeatedCompositeFieldContainer[Action]
+    next_page_token: str
+    tenant: str
+    partial_failures: _containers.RepeatedCompositeFieldContainer[_partial_failure_pb2.PartialFailure]
+    def __init__(self, actions: _Optional[_Iterable[_Union[Action, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., tenant: _Optional[str] = ..., partial_failures: _Optional[_Iterable[_Union[_partial_failure_pb2.PartialFailure, _Mapping]]] = ...) -> None: ...
+
+class RecheckActionRequest(_message.Message):
+    __slots__ = ("action_id",)
+    ACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    action_id: str
+    def __init__(self, action_id: _Optional[str] = ...) -> None: ...
+
+class RecheckActionResponse(_message.Message):
+    __slots__ = ("action", "scheduled", "partial_failures")
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULED_FIELD_NUMBER: _ClassVar[int]
+    PARTIAL_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    action: Action
+    scheduled: bool
+    partial_failures: _containers.RepeatedCompositeFieldContainer[_partial_failure_pb2.PartialFailure]
+    def __init__(self, action: _Optional[_Union[Action, _Mapping]] = ..., scheduled: _Optional[bool] = ..., partial_failures: _Optional[_Iterable[_Union[_partial_failure_pb2.PartialFailure, _Mapping]]] = ...) -> None: ...
+
+class GetChannelHealthRequest(_message.Message):
+    __slots__ = ("channel", "window_s", "bucket_s")
+    CHANNEL_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_S_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_S_FIELD_NUMBER: _ClassVar[int]
+    channel: str
+    window_s: int
+    bucket_s: int
+    def __init__(self, channel: _Optional[str] = ..., window_s: _Optional[int] = ..., bucket_s: _Optional[int] = ...) -> None: ...
+
+class StateCount(_message.Message):
+    __slots__ = ("state", "count")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    state: ActionState
+    count: int
+    def __init__(self, state: _Optional[_Union[ActionState, str]] = ..., count: _Optional[int] = ...) -> None: ...
+
+class HealthBucket(_message.Message):
+    __slots__ = ("start", "entered", "finished", "latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "sends", "retries", "retry_rate")
+    START_FIELD_NUMBER: _ClassVar[int]
+    ENTERED_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_P50_MS_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_P95_MS_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_P99_MS_FIELD_NUMBER: _ClassVar[int]
+    SENDS_FIELD_NUMBER: _ClassVar[int]
+    RETRIES_FIELD_NUMBER: _ClassVar[int]
+    RETRY_RATE_FIELD_NUMBER: _ClassVar[int]
+    start: str
+    entered: _containers.RepeatedCompositeFieldContainer[StateCount]
+    finished: int
+    latency_p50_ms: float
+    latency_p95_ms: float
+    latency_p99_ms: float
+    sends: int
+    retries: int
+    retry_rate: float
+    def __init__(self, start: _Optional[str] = ..., entered: _Optional[_Iterable[_Union[StateCount, _Mapping]]] = ..., finished: _Optional[int] = ..., latency_p50_ms: _Optional[float] = ..., latency_p95_ms: _Optional[float] = ..., latency_p99_ms: _Optional[float] = ..., sends: _Optional[int] = ..., retries: _Optional[int] = ..., retry_rate: _Optional[float] = ...) -> None: ...
+
+class LimiterWaits(_message.Message):
+    __slots__ = ("sends", "total_wait_s", "mean_wait_ms")
+    SENDS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_WAIT_S_FIELD_NUMBER: _ClassVar[int]
+    MEAN_WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    sends: int
+    total_wait_s: float
+    mean_wait_ms: float
+    def __init__(self, sends: _Optional[int] = ..., total_wait_s: _Optional[float] = ..., mean_wait_ms: _Optional[float] = ...) -> None: ...
+
+class ChannelHealth(_message.Message):
+    __slots__ = ("channel", "current", "buckets", "breaker_state", "limiter")
+    CHANNEL_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_FIELD_NUMBER: _ClassVar[int]
+    BUCKETS_FIELD_NUMBER: _ClassVar[int]
+    BREAKER_STATE_FIELD_NUMBER: _ClassVar[int]
+    LIMITER_FIELD_NUMBER: _ClassVar[int]
+    channel: str
+    current: _containers.RepeatedCompositeFieldContainer[StateCount]
+    buckets: _containers.RepeatedCompositeFieldContainer[HealthBucket]
+    breaker_state: str
+    limiter: LimiterWaits
+    def __init__(self, channel: _Optional[str] = ..., current: _Optional[_Iterable[_Union[StateCount, _Mapping]]] = ..., buckets: _Optional[_Iterable[_Union[HealthBucket, _Mapping]]] = ..., breaker_state: _Optional[str] = ..., limiter: _Optional[_Union[LimiterWaits, _Mapping]] = ...) -> None: ...
+
+class GetChannelHealthResponse(_message.Message):
+    __slots__ = ("channels", "window_s", "bucket_s", "replica", "generated_at", "partial_failures")
+    CHANNELS_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_S_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_S_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_FIELD_NUMBER: _ClassVar[int]
+    GENERATED_AT_FIELD_NUMBER: _ClassVar[int]
+    PARTIAL_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    channels: _containers.RepeatedCompositeFieldContainer[ChannelHealth]
+    window_s: int
+    bucket_s: int
+    replica: str
+    generated_at: str
+    partial_failures: _containers.RepeatedCompositeFieldContainer[_partial_failure_pb2.PartialFailure]
+    def __init__(self, channels: _Optional[_Iterable[_Union[ChannelHealth, _Mapping]]] = ..., window_s: _Optional[int] = ..., bucket_s: _Optional[int] = ..., replica: _Optional[str] = ..., generated_at: _Optional[str] = ..., partial_failures: _Optional[_Iterable[_Union[_partial_failure_pb2.PartialFailure, _Mapping]]] = ...) -> None: ...

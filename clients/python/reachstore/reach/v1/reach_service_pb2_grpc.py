@@ -77,6 +77,21 @@ class ReachServiceStub:
                 request_serializer=reachstore_dot_reach_dot_v1_dot_reach__service__pb2.ListChannelsRequest.SerializeToString,
                 response_deserializer=reachstore_dot_reach_dot_v1_dot_reach__service__pb2.ListChannelsResponse.FromString,
                 _registered_method=True)
+        self.ListActions = channel.unary_unary(
+                '/reachstore.reach.v1.ReachService/ListActions',
+                request_serializer=reachstore_dot_reach_dot_v1_dot_reach__service__pb2.ListActionsRequest.SerializeToString,
+                response_deserializer=reachstore_dot_reach_dot_v1_dot_reach__service__pb2.ListActionsResponse.FromString,
+                _registered_method=True)
+        self.RecheckAction = channel.unary_unary(
+                '/reachstore.reach.v1.ReachService/RecheckAction',
+                request_serializer=reachstore_dot_reach_dot_v1_dot_reach__service__pb2.RecheckActionRequest.SerializeToString,
+                response_deserializer=reachstore_dot_reach_dot_v1_dot_reach__service__pb2.RecheckActionResponse.FromString,
+                _registered_method=True)
+        self.GetChannelHealth = channel.unary_unary(
+                '/reachstore.reach.v1.ReachService/GetChannelHealth',
+                request_serializer=reachstore_dot_reach_dot_v1_dot_reach__service__pb2.GetChannelHealthRequest.SerializeToString,
+                response_deserializer=reachstore_dot_reach_dot_v1_dot_reach__service__pb2.GetChannelHealthResponse.FromString,
+                _registered_method=True)
 
 
 class ReachServiceServicer:
@@ -145,6 +160,37 @@ class ReachServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListActions(self, request, context):
+        """Lists actions across tasks, oldest first, filtered by state, channel, tenant and age:
+        the review queue of UNKNOWN and NEEDS_REVIEW actions is this call with those two states.
+        Receipts and history are left out; GetAction returns them for one action. Needs the
+        operator scope.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RecheckAction(self, request, context):
+        """Looks an UNKNOWN or NEEDS_REVIEW action up at its receiver again, now, instead of at its
+        next scheduled re-check. The look-up runs in the background and its outcome is recorded
+        like any other (GetAction shows it). Nothing is ever re-sent, so asking twice is
+        harmless: at most one more look-up. Needs the operator scope.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetChannelHealth(self, request, context):
+        """The three signals an operator watches per channel, over a recent window cut into
+        buckets: actions by state, end-to-end latency percentiles and the retry rate, all
+        computed from the database (every reach replica gives the same answer), plus the
+        circuit breaker's state and the limiter's waits of the replica that answered. Needs the
+        operator scope.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ReachServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -187,6 +233,21 @@ def add_ReachServiceServicer_to_server(servicer, server):
                     servicer.ListChannels,
                     request_deserializer=reachstore_dot_reach_dot_v1_dot_reach__service__pb2.ListChannelsRequest.FromString,
                     response_serializer=reachstore_dot_reach_dot_v1_dot_reach__service__pb2.ListChannelsResponse.SerializeToString,
+            ),
+            'ListActions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListActions,
+                    request_deserializer=reachstore_dot_reach_dot_v1_dot_reach__service__pb2.ListActionsRequest.FromString,
+                    response_serializer=reachstore_dot_reach_dot_v1_dot_reach__service__pb2.ListActionsResponse.SerializeToString,
+            ),
+            'RecheckAction': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecheckAction,
+                    request_deserializer=reachstore_dot_reach_dot_v1_dot_reach__service__pb2.RecheckActionRequest.FromString,
+                    response_serializer=reachstore_dot_reach_dot_v1_dot_reach__service__pb2.RecheckActionResponse.SerializeToString,
+            ),
+            'GetChannelHealth': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetChannelHealth,
+                    request_deserializer=reachstore_dot_reach_dot_v1_dot_reach__service__pb2.GetChannelHealthRequest.FromString,
+                    response_serializer=reachstore_dot_reach_dot_v1_dot_reach__service__pb2.GetChannelHealthResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -408,6 +469,87 @@ class ReachService:
             '/reachstore.reach.v1.ReachService/ListChannels',
             reachstore_dot_reach_dot_v1_dot_reach__service__pb2.ListChannelsRequest.SerializeToString,
             reachstore_dot_reach_dot_v1_dot_reach__service__pb2.ListChannelsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListActions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/reachstore.reach.v1.ReachService/ListActions',
+            reachstore_dot_reach_dot_v1_dot_reach__service__pb2.ListActionsRequest.SerializeToString,
+            reachstore_dot_reach_dot_v1_dot_reach__service__pb2.ListActionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecheckAction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/reachstore.reach.v1.ReachService/RecheckAction',
+            reachstore_dot_reach_dot_v1_dot_reach__service__pb2.RecheckActionRequest.SerializeToString,
+            reachstore_dot_reach_dot_v1_dot_reach__service__pb2.RecheckActionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetChannelHealth(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/reachstore.reach.v1.ReachService/GetChannelHealth',
+            reachstore_dot_reach_dot_v1_dot_reach__service__pb2.GetChannelHealthRequest.SerializeToString,
+            reachstore_dot_reach_dot_v1_dot_reach__service__pb2.GetChannelHealthResponse.FromString,
             options,
             channel_credentials,
             insecure,

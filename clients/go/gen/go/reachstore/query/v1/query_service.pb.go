@@ -717,6 +717,347 @@ func (x *ListDocumentsResponse) GetPartialFailures() []*v1.PartialFailure {
 	return nil
 }
 
+// Asks for one page of namespace health.
+type ListNamespaceHealthRequest struct {
+	state         protoimpl.MessageState
+	sizeCache     protoimpl.SizeCache
+	unknownFields protoimpl.UnknownFields
+
+	// Namespaces per page: 1 to 100, default 20.
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The `next_page_token` of the previous page; empty for the first page.
+	PageToken string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// How far back the coverage counters look, 60–86400 seconds (default 3600).
+	WindowS int32 `protobuf:"varint,3,opt,name=window_s,json=windowS,proto3" json:"window_s,omitempty"`
+}
+
+func (x *ListNamespaceHealthRequest) Reset() {
+	*x = ListNamespaceHealthRequest{}
+	if protoimpl.UnsafeEnabled {
+		mi := &file_reachstore_query_v1_query_service_proto_msgTypes[9]
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		ms.StoreMessageInfo(mi)
+	}
+}
+
+func (x *ListNamespaceHealthRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListNamespaceHealthRequest) ProtoMessage() {}
+
+func (x *ListNamespaceHealthRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_reachstore_query_v1_query_service_proto_msgTypes[9]
+	if protoimpl.UnsafeEnabled && x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListNamespaceHealthRequest.ProtoReflect.Descriptor instead.
+func (*ListNamespaceHealthRequest) Descriptor() ([]byte, []int) {
+	return file_reachstore_query_v1_query_service_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ListNamespaceHealthRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListNamespaceHealthRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListNamespaceHealthRequest) GetWindowS() int32 {
+	if x != nil {
+		return x.WindowS
+	}
+	return 0
+}
+
+// How often a namespace was missing for one reason.
+type MissingCount struct {
+	state         protoimpl.MessageState
+	sizeCache     protoimpl.SizeCache
+	unknownFields protoimpl.UnknownFields
+
+	// The failure's category.
+	Category v1.Category `protobuf:"varint,1,opt,name=category,proto3,enum=reachstore.common.v1.Category" json:"category,omitempty"`
+	// The failure's error code (for example NAMESPACE_TIMEOUT).
+	ErrorCode string `protobuf:"bytes,2,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	// How many answers missed the namespace for this reason.
+	Count int64 `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
+}
+
+func (x *MissingCount) Reset() {
+	*x = MissingCount{}
+	if protoimpl.UnsafeEnabled {
+		mi := &file_reachstore_query_v1_query_service_proto_msgTypes[10]
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		ms.StoreMessageInfo(mi)
+	}
+}
+
+func (x *MissingCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MissingCount) ProtoMessage() {}
+
+func (x *MissingCount) ProtoReflect() protoreflect.Message {
+	mi := &file_reachstore_query_v1_query_service_proto_msgTypes[10]
+	if protoimpl.UnsafeEnabled && x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MissingCount.ProtoReflect.Descriptor instead.
+func (*MissingCount) Descriptor() ([]byte, []int) {
+	return file_reachstore_query_v1_query_service_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *MissingCount) GetCategory() v1.Category {
+	if x != nil {
+		return x.Category
+	}
+	return v1.Category(0)
+}
+
+func (x *MissingCount) GetErrorCode() string {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return ""
+}
+
+func (x *MissingCount) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+// One namespace's health as the answering replica sees it.
+type NamespaceHealth struct {
+	state         protoimpl.MessageState
+	sizeCache     protoimpl.SizeCache
+	unknownFields protoimpl.UnknownFields
+
+	// The namespace's name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Searchable documents (from the database).
+	DocumentCount int64 `protobuf:"varint,2,opt,name=document_count,json=documentCount,proto3" json:"document_count,omitempty"`
+	// Searchable chunks (from the database).
+	ChunkCount int64 `protobuf:"varint,3,opt,name=chunk_count,json=chunkCount,proto3" json:"chunk_count,omitempty"`
+	// The index in the answering replica: "ready", "loading", "rebuilding" or "not_loaded"
+	// (no query has needed it since the replica started).
+	IndexState string `protobuf:"bytes,4,opt,name=index_state,json=indexState,proto3" json:"index_state,omitempty"`
+	// Answers of this replica within the window that included the namespace.
+	Queries int64 `protobuf:"varint,5,opt,name=queries,proto3" json:"queries,omitempty"`
+	// Of those, answers the namespace was missing from.
+	Missing int64 `protobuf:"varint,6,opt,name=missing,proto3" json:"missing,omitempty"`
+	// (queries - missing) / queries; 1 when it was not queried.
+	CoverageRatio float64 `protobuf:"fixed64,7,opt,name=coverage_ratio,json=coverageRatio,proto3" json:"coverage_ratio,omitempty"`
+	// Why it was missing, by category and error code, most frequent first (at most 20).
+	MissingBy []*MissingCount `protobuf:"bytes,8,rep,name=missing_by,json=missingBy,proto3" json:"missing_by,omitempty"`
+	// When it was last missing, RFC 3339 UTC; empty when it never was in the window.
+	LastMissingAt string `protobuf:"bytes,9,opt,name=last_missing_at,json=lastMissingAt,proto3" json:"last_missing_at,omitempty"`
+}
+
+func (x *NamespaceHealth) Reset() {
+	*x = NamespaceHealth{}
+	if protoimpl.UnsafeEnabled {
+		mi := &file_reachstore_query_v1_query_service_proto_msgTypes[11]
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		ms.StoreMessageInfo(mi)
+	}
+}
+
+func (x *NamespaceHealth) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NamespaceHealth) ProtoMessage() {}
+
+func (x *NamespaceHealth) ProtoReflect() protoreflect.Message {
+	mi := &file_reachstore_query_v1_query_service_proto_msgTypes[11]
+	if protoimpl.UnsafeEnabled && x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NamespaceHealth.ProtoReflect.Descriptor instead.
+func (*NamespaceHealth) Descriptor() ([]byte, []int) {
+	return file_reachstore_query_v1_query_service_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *NamespaceHealth) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *NamespaceHealth) GetDocumentCount() int64 {
+	if x != nil {
+		return x.DocumentCount
+	}
+	return 0
+}
+
+func (x *NamespaceHealth) GetChunkCount() int64 {
+	if x != nil {
+		return x.ChunkCount
+	}
+	return 0
+}
+
+func (x *NamespaceHealth) GetIndexState() string {
+	if x != nil {
+		return x.IndexState
+	}
+	return ""
+}
+
+func (x *NamespaceHealth) GetQueries() int64 {
+	if x != nil {
+		return x.Queries
+	}
+	return 0
+}
+
+func (x *NamespaceHealth) GetMissing() int64 {
+	if x != nil {
+		return x.Missing
+	}
+	return 0
+}
+
+func (x *NamespaceHealth) GetCoverageRatio() float64 {
+	if x != nil {
+		return x.CoverageRatio
+	}
+	return 0
+}
+
+func (x *NamespaceHealth) GetMissingBy() []*MissingCount {
+	if x != nil {
+		return x.MissingBy
+	}
+	return nil
+}
+
+func (x *NamespaceHealth) GetLastMissingAt() string {
+	if x != nil {
+		return x.LastMissingAt
+	}
+	return ""
+}
+
+// One page of namespace health.
+type ListNamespaceHealthResponse struct {
+	state         protoimpl.MessageState
+	sizeCache     protoimpl.SizeCache
+	unknownFields protoimpl.UnknownFields
+
+	// The namespaces of this page, by name.
+	Namespaces []*NamespaceHealth `protobuf:"bytes,1,rep,name=namespaces,proto3" json:"namespaces,omitempty"`
+	// Token for the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// The window of the coverage counters, seconds.
+	WindowS int32 `protobuf:"varint,3,opt,name=window_s,json=windowS,proto3" json:"window_s,omitempty"`
+	// The name of the query replica that answered (whose index states and counters these are).
+	Replica string `protobuf:"bytes,4,opt,name=replica,proto3" json:"replica,omitempty"`
+	// Always empty; present so every response has the same shape.
+	PartialFailures []*v1.PartialFailure `protobuf:"bytes,5,rep,name=partial_failures,json=partialFailures,proto3" json:"partial_failures,omitempty"`
+}
+
+func (x *ListNamespaceHealthResponse) Reset() {
+	*x = ListNamespaceHealthResponse{}
+	if protoimpl.UnsafeEnabled {
+		mi := &file_reachstore_query_v1_query_service_proto_msgTypes[12]
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		ms.StoreMessageInfo(mi)
+	}
+}
+
+func (x *ListNamespaceHealthResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListNamespaceHealthResponse) ProtoMessage() {}
+
+func (x *ListNamespaceHealthResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_reachstore_query_v1_query_service_proto_msgTypes[12]
+	if protoimpl.UnsafeEnabled && x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListNamespaceHealthResponse.ProtoReflect.Descriptor instead.
+func (*ListNamespaceHealthResponse) Descriptor() ([]byte, []int) {
+	return file_reachstore_query_v1_query_service_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ListNamespaceHealthResponse) GetNamespaces() []*NamespaceHealth {
+	if x != nil {
+		return x.Namespaces
+	}
+	return nil
+}
+
+func (x *ListNamespaceHealthResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+func (x *ListNamespaceHealthResponse) GetWindowS() int32 {
+	if x != nil {
+		return x.WindowS
+	}
+	return 0
+}
+
+func (x *ListNamespaceHealthResponse) GetReplica() string {
+	if x != nil {
+		return x.Replica
+	}
+	return ""
+}
+
+func (x *ListNamespaceHealthResponse) GetPartialFailures() []*v1.PartialFailure {
+	if x != nil {
+		return x.PartialFailures
+	}
+	return nil
+}
+
 var File_reachstore_query_v1_query_service_proto protoreflect.FileDescriptor
 
 var file_reachstore_query_v1_query_service_proto_rawDesc = []byte{
@@ -849,7 +1190,61 @@ var file_reachstore_query_v1_query_service_proto_rawDesc = []byte{
 	0x03, 0x20, 0x03, 0x28, 0x0b, 0x32, 0x24, 0x2e, 0x72, 0x65, 0x61, 0x63, 0x68, 0x73, 0x74, 0x6f,
 	0x72, 0x65, 0x2e, 0x63, 0x6f, 0x6d, 0x6d, 0x6f, 0x6e, 0x2e, 0x76, 0x31, 0x2e, 0x50, 0x61, 0x72,
 	0x74, 0x69, 0x61, 0x6c, 0x46, 0x61, 0x69, 0x6c, 0x75, 0x72, 0x65, 0x52, 0x0f, 0x70, 0x61, 0x72,
-	0x74, 0x69, 0x61, 0x6c, 0x46, 0x61, 0x69, 0x6c, 0x75, 0x72, 0x65, 0x73, 0x32, 0xd7, 0x03, 0x0a,
+	0x74, 0x69, 0x61, 0x6c, 0x46, 0x61, 0x69, 0x6c, 0x75, 0x72, 0x65, 0x73, 0x22, 0x73, 0x0a, 0x1a,
+	0x4c, 0x69, 0x73, 0x74, 0x4e, 0x61, 0x6d, 0x65, 0x73, 0x70, 0x61, 0x63, 0x65, 0x48, 0x65, 0x61,
+	0x6c, 0x74, 0x68, 0x52, 0x65, 0x71, 0x75, 0x65, 0x73, 0x74, 0x12, 0x1b, 0x0a, 0x09, 0x70, 0x61,
+	0x67, 0x65, 0x5f, 0x73, 0x69, 0x7a, 0x65, 0x18, 0x01, 0x20, 0x01, 0x28, 0x05, 0x52, 0x08, 0x70,
+	0x61, 0x67, 0x65, 0x53, 0x69, 0x7a, 0x65, 0x12, 0x1d, 0x0a, 0x0a, 0x70, 0x61, 0x67, 0x65, 0x5f,
+	0x74, 0x6f, 0x6b, 0x65, 0x6e, 0x18, 0x02, 0x20, 0x01, 0x28, 0x09, 0x52, 0x09, 0x70, 0x61, 0x67,
+	0x65, 0x54, 0x6f, 0x6b, 0x65, 0x6e, 0x12, 0x19, 0x0a, 0x08, 0x77, 0x69, 0x6e, 0x64, 0x6f, 0x77,
+	0x5f, 0x73, 0x18, 0x03, 0x20, 0x01, 0x28, 0x05, 0x52, 0x07, 0x77, 0x69, 0x6e, 0x64, 0x6f, 0x77,
+	0x53, 0x22, 0x7f, 0x0a, 0x0c, 0x4d, 0x69, 0x73, 0x73, 0x69, 0x6e, 0x67, 0x43, 0x6f, 0x75, 0x6e,
+	0x74, 0x12, 0x3a, 0x0a, 0x08, 0x63, 0x61, 0x74, 0x65, 0x67, 0x6f, 0x72, 0x79, 0x18, 0x01, 0x20,
+	0x01, 0x28, 0x0e, 0x32, 0x1e, 0x2e, 0x72, 0x65, 0x61, 0x63, 0x68, 0x73, 0x74, 0x6f, 0x72, 0x65,
+	0x2e, 0x63, 0x6f, 0x6d, 0x6d, 0x6f, 0x6e, 0x2e, 0x76, 0x31, 0x2e, 0x43, 0x61, 0x74, 0x65, 0x67,
+	0x6f, 0x72, 0x79, 0x52, 0x08, 0x63, 0x61, 0x74, 0x65, 0x67, 0x6f, 0x72, 0x79, 0x12, 0x1d, 0x0a,
+	0x0a, 0x65, 0x72, 0x72, 0x6f, 0x72, 0x5f, 0x63, 0x6f, 0x64, 0x65, 0x18, 0x02, 0x20, 0x01, 0x28,
+	0x09, 0x52, 0x09, 0x65, 0x72, 0x72, 0x6f, 0x72, 0x43, 0x6f, 0x64, 0x65, 0x12, 0x14, 0x0a, 0x05,
+	0x63, 0x6f, 0x75, 0x6e, 0x74, 0x18, 0x03, 0x20, 0x01, 0x28, 0x03, 0x52, 0x05, 0x63, 0x6f, 0x75,
+	0x6e, 0x74, 0x22, 0xd3, 0x02, 0x0a, 0x0f, 0x4e, 0x61, 0x6d, 0x65, 0x73, 0x70, 0x61, 0x63, 0x65,
+	0x48, 0x65, 0x61, 0x6c, 0x74, 0x68, 0x12, 0x12, 0x0a, 0x04, 0x6e, 0x61, 0x6d, 0x65, 0x18, 0x01,
+	0x20, 0x01, 0x28, 0x09, 0x52, 0x04, 0x6e, 0x61, 0x6d, 0x65, 0x12, 0x25, 0x0a, 0x0e, 0x64, 0x6f,
+	0x63, 0x75, 0x6d, 0x65, 0x6e, 0x74, 0x5f, 0x63, 0x6f, 0x75, 0x6e, 0x74, 0x18, 0x02, 0x20, 0x01,
+	0x28, 0x03, 0x52, 0x0d, 0x64, 0x6f, 0x63, 0x75, 0x6d, 0x65, 0x6e, 0x74, 0x43, 0x6f, 0x75, 0x6e,
+	0x74, 0x12, 0x1f, 0x0a, 0x0b, 0x63, 0x68, 0x75, 0x6e, 0x6b, 0x5f, 0x63, 0x6f, 0x75, 0x6e, 0x74,
+	0x18, 0x03, 0x20, 0x01, 0x28, 0x03, 0x52, 0x0a, 0x63, 0x68, 0x75, 0x6e, 0x6b, 0x43, 0x6f, 0x75,
+	0x6e, 0x74, 0x12, 0x1f, 0x0a, 0x0b, 0x69, 0x6e, 0x64, 0x65, 0x78, 0x5f, 0x73, 0x74, 0x61, 0x74,
+	0x65, 0x18, 0x04, 0x20, 0x01, 0x28, 0x09, 0x52, 0x0a, 0x69, 0x6e, 0x64, 0x65, 0x78, 0x53, 0x74,
+	0x61, 0x74, 0x65, 0x12, 0x18, 0x0a, 0x07, 0x71, 0x75, 0x65, 0x72, 0x69, 0x65, 0x73, 0x18, 0x05,
+	0x20, 0x01, 0x28, 0x03, 0x52, 0x07, 0x71, 0x75, 0x65, 0x72, 0x69, 0x65, 0x73, 0x12, 0x18, 0x0a,
+	0x07, 0x6d, 0x69, 0x73, 0x73, 0x69, 0x6e, 0x67, 0x18, 0x06, 0x20, 0x01, 0x28, 0x03, 0x52, 0x07,
+	0x6d, 0x69, 0x73, 0x73, 0x69, 0x6e, 0x67, 0x12, 0x25, 0x0a, 0x0e, 0x63, 0x6f, 0x76, 0x65, 0x72,
+	0x61, 0x67, 0x65, 0x5f, 0x72, 0x61, 0x74, 0x69, 0x6f, 0x18, 0x07, 0x20, 0x01, 0x28, 0x01, 0x52,
+	0x0d, 0x63, 0x6f, 0x76, 0x65, 0x72, 0x61, 0x67, 0x65, 0x52, 0x61, 0x74, 0x69, 0x6f, 0x12, 0x40,
+	0x0a, 0x0a, 0x6d, 0x69, 0x73, 0x73, 0x69, 0x6e, 0x67, 0x5f, 0x62, 0x79, 0x18, 0x08, 0x20, 0x03,
+	0x28, 0x0b, 0x32, 0x21, 0x2e, 0x72, 0x65, 0x61, 0x63, 0x68, 0x73, 0x74, 0x6f, 0x72, 0x65, 0x2e,
+	0x71, 0x75, 0x65, 0x72, 0x79, 0x2e, 0x76, 0x31, 0x2e, 0x4d, 0x69, 0x73, 0x73, 0x69, 0x6e, 0x67,
+	0x43, 0x6f, 0x75, 0x6e, 0x74, 0x52, 0x09, 0x6d, 0x69, 0x73, 0x73, 0x69, 0x6e, 0x67, 0x42, 0x79,
+	0x12, 0x26, 0x0a, 0x0f, 0x6c, 0x61, 0x73, 0x74, 0x5f, 0x6d, 0x69, 0x73, 0x73, 0x69, 0x6e, 0x67,
+	0x5f, 0x61, 0x74, 0x18, 0x09, 0x20, 0x01, 0x28, 0x09, 0x52, 0x0d, 0x6c, 0x61, 0x73, 0x74, 0x4d,
+	0x69, 0x73, 0x73, 0x69, 0x6e, 0x67, 0x41, 0x74, 0x22, 0x91, 0x02, 0x0a, 0x1b, 0x4c, 0x69, 0x73,
+	0x74, 0x4e, 0x61, 0x6d, 0x65, 0x73, 0x70, 0x61, 0x63, 0x65, 0x48, 0x65, 0x61, 0x6c, 0x74, 0x68,
+	0x52, 0x65, 0x73, 0x70, 0x6f, 0x6e, 0x73, 0x65, 0x12, 0x44, 0x0a, 0x0a, 0x6e, 0x61, 0x6d, 0x65,
+	0x73, 0x70, 0x61, 0x63, 0x65, 0x73, 0x18, 0x01, 0x20, 0x03, 0x28, 0x0b, 0x32, 0x24, 0x2e, 0x72,
+	0x65, 0x61, 0x63, 0x68, 0x73, 0x74, 0x6f, 0x72, 0x65, 0x2e, 0x71, 0x75, 0x65, 0x72, 0x79, 0x2e,
+	0x76, 0x31, 0x2e, 0x4e, 0x61, 0x6d, 0x65, 0x73, 0x70, 0x61, 0x63, 0x65, 0x48, 0x65, 0x61, 0x6c,
+	0x74, 0x68, 0x52, 0x0a, 0x6e, 0x61, 0x6d, 0x65, 0x73, 0x70, 0x61, 0x63, 0x65, 0x73, 0x12, 0x26,
+	0x0a, 0x0f, 0x6e, 0x65, 0x78, 0x74, 0x5f, 0x70, 0x61, 0x67, 0x65, 0x5f, 0x74, 0x6f, 0x6b, 0x65,
+	0x6e, 0x18, 0x02, 0x20, 0x01, 0x28, 0x09, 0x52, 0x0d, 0x6e, 0x65, 0x78, 0x74, 0x50, 0x61, 0x67,
+	0x65, 0x54, 0x6f, 0x6b, 0x65, 0x6e, 0x12, 0x19, 0x0a, 0x08, 0x77, 0x69, 0x6e, 0x64, 0x6f, 0x77,
+	0x5f, 0x73, 0x18, 0x03, 0x20, 0x01, 0x28, 0x05, 0x52, 0x07, 0x77, 0x69, 0x6e, 0x64, 0x6f, 0x77,
+	0x53, 0x12, 0x18, 0x0a, 0x07, 0x72, 0x65, 0x70, 0x6c, 0x69, 0x63, 0x61, 0x18, 0x04, 0x20, 0x01,
+	0x28, 0x09, 0x52, 0x07, 0x72, 0x65, 0x70, 0x6c, 0x69, 0x63, 0x61, 0x12, 0x4f, 0x0a, 0x10, 0x70,
+	0x61, 0x72, 0x74, 0x69, 0x61, 0x6c, 0x5f, 0x66, 0x61, 0x69, 0x6c, 0x75, 0x72, 0x65, 0x73, 0x18,
+	0x05, 0x20, 0x03, 0x28, 0x0b, 0x32, 0x24, 0x2e, 0x72, 0x65, 0x61, 0x63, 0x68, 0x73, 0x74, 0x6f,
+	0x72, 0x65, 0x2e, 0x63, 0x6f, 0x6d, 0x6d, 0x6f, 0x6e, 0x2e, 0x76, 0x31, 0x2e, 0x50, 0x61, 0x72,
+	0x74, 0x69, 0x61, 0x6c, 0x46, 0x61, 0x69, 0x6c, 0x75, 0x72, 0x65, 0x52, 0x0f, 0x70, 0x61, 0x72,
+	0x74, 0x69, 0x61, 0x6c, 0x46, 0x61, 0x69, 0x6c, 0x75, 0x72, 0x65, 0x73, 0x32, 0x84, 0x05, 0x0a,
 	0x0c, 0x51, 0x75, 0x65, 0x72, 0x79, 0x53, 0x65, 0x72, 0x76, 0x69, 0x63, 0x65, 0x12, 0x73, 0x0a,
 	0x05, 0x51, 0x75, 0x65, 0x72, 0x79, 0x12, 0x21, 0x2e, 0x72, 0x65, 0x61, 0x63, 0x68, 0x73, 0x74,
 	0x6f, 0x72, 0x65, 0x2e, 0x71, 0x75, 0x65, 0x72, 0x79, 0x2e, 0x76, 0x31, 0x2e, 0x51, 0x75, 0x65,
@@ -879,12 +1274,23 @@ var file_reachstore_query_v1_query_service_proto_rawDesc = []byte{
 	0x18, 0x04, 0x72, 0x65, 0x61, 0x64, 0x82, 0xd3, 0xe4, 0x93, 0x02, 0x2a, 0x12, 0x28, 0x2f, 0x61,
 	0x70, 0x69, 0x2f, 0x76, 0x31, 0x2f, 0x6e, 0x61, 0x6d, 0x65, 0x73, 0x70, 0x61, 0x63, 0x65, 0x73,
 	0x2f, 0x7b, 0x6e, 0x61, 0x6d, 0x65, 0x73, 0x70, 0x61, 0x63, 0x65, 0x7d, 0x2f, 0x64, 0x6f, 0x63,
-	0x75, 0x6d, 0x65, 0x6e, 0x74, 0x73, 0x42, 0x45, 0x5a, 0x43, 0x67, 0x69, 0x74, 0x68, 0x75, 0x62,
-	0x2e, 0x63, 0x6f, 0x6d, 0x2f, 0x72, 0x65, 0x61, 0x63, 0x68, 0x73, 0x74, 0x6f, 0x72, 0x65, 0x2f,
-	0x72, 0x65, 0x61, 0x63, 0x68, 0x73, 0x74, 0x6f, 0x72, 0x65, 0x2f, 0x67, 0x65, 0x6e, 0x2f, 0x67,
-	0x6f, 0x2f, 0x72, 0x65, 0x61, 0x63, 0x68, 0x73, 0x74, 0x6f, 0x72, 0x65, 0x2f, 0x71, 0x75, 0x65,
-	0x72, 0x79, 0x2f, 0x76, 0x31, 0x3b, 0x71, 0x75, 0x65, 0x72, 0x79, 0x76, 0x31, 0x62, 0x06, 0x70,
-	0x72, 0x6f, 0x74, 0x6f, 0x33,
+	0x75, 0x6d, 0x65, 0x6e, 0x74, 0x73, 0x12, 0xaa, 0x01, 0x0a, 0x13, 0x4c, 0x69, 0x73, 0x74, 0x4e,
+	0x61, 0x6d, 0x65, 0x73, 0x70, 0x61, 0x63, 0x65, 0x48, 0x65, 0x61, 0x6c, 0x74, 0x68, 0x12, 0x2f,
+	0x2e, 0x72, 0x65, 0x61, 0x63, 0x68, 0x73, 0x74, 0x6f, 0x72, 0x65, 0x2e, 0x71, 0x75, 0x65, 0x72,
+	0x79, 0x2e, 0x76, 0x31, 0x2e, 0x4c, 0x69, 0x73, 0x74, 0x4e, 0x61, 0x6d, 0x65, 0x73, 0x70, 0x61,
+	0x63, 0x65, 0x48, 0x65, 0x61, 0x6c, 0x74, 0x68, 0x52, 0x65, 0x71, 0x75, 0x65, 0x73, 0x74, 0x1a,
+	0x30, 0x2e, 0x72, 0x65, 0x61, 0x63, 0x68, 0x73, 0x74, 0x6f, 0x72, 0x65, 0x2e, 0x71, 0x75, 0x65,
+	0x72, 0x79, 0x2e, 0x76, 0x31, 0x2e, 0x4c, 0x69, 0x73, 0x74, 0x4e, 0x61, 0x6d, 0x65, 0x73, 0x70,
+	0x61, 0x63, 0x65, 0x48, 0x65, 0x61, 0x6c, 0x74, 0x68, 0x52, 0x65, 0x73, 0x70, 0x6f, 0x6e, 0x73,
+	0x65, 0x22, 0x30, 0x90, 0x02, 0x01, 0xca, 0xf3, 0x18, 0x08, 0x6f, 0x70, 0x65, 0x72, 0x61, 0x74,
+	0x6f, 0x72, 0x82, 0xd3, 0xe4, 0x93, 0x02, 0x1b, 0x12, 0x19, 0x2f, 0x61, 0x70, 0x69, 0x2f, 0x76,
+	0x31, 0x2f, 0x6e, 0x61, 0x6d, 0x65, 0x73, 0x70, 0x61, 0x63, 0x65, 0x73, 0x3a, 0x68, 0x65, 0x61,
+	0x6c, 0x74, 0x68, 0x42, 0x45, 0x5a, 0x43, 0x67, 0x69, 0x74, 0x68, 0x75, 0x62, 0x2e, 0x63, 0x6f,
+	0x6d, 0x2f, 0x72, 0x65, 0x61, 0x63, 0x68, 0x73, 0x74, 0x6f, 0x72, 0x65, 0x2f, 0x72, 0x65, 0x61,
+	0x63, 0x68, 0x73, 0x74, 0x6f, 0x72, 0x65, 0x2f, 0x67, 0x65, 0x6e, 0x2f, 0x67, 0x6f, 0x2f, 0x72,
+	0x65, 0x61, 0x63, 0x68, 0x73, 0x74, 0x6f, 0x72, 0x65, 0x2f, 0x71, 0x75, 0x65, 0x72, 0x79, 0x2f,
+	0x76, 0x31, 0x3b, 0x71, 0x75, 0x65, 0x72, 0x79, 0x76, 0x31, 0x62, 0x06, 0x70, 0x72, 0x6f, 0x74,
+	0x6f, 0x33,
 }
 
 var (
@@ -899,44 +1305,55 @@ func file_reachstore_query_v1_query_service_proto_rawDescGZIP() []byte {
 	return file_reachstore_query_v1_query_service_proto_rawDescData
 }
 
-var file_reachstore_query_v1_query_service_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_reachstore_query_v1_query_service_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_reachstore_query_v1_query_service_proto_goTypes = []interface{}{
-	(*QueryRequest)(nil),          // 0: reachstore.query.v1.QueryRequest
-	(*QueryResult)(nil),           // 1: reachstore.query.v1.QueryResult
-	(*QueryMeta)(nil),             // 2: reachstore.query.v1.QueryMeta
-	(*QueryResponse)(nil),         // 3: reachstore.query.v1.QueryResponse
-	(*GetDocumentRequest)(nil),    // 4: reachstore.query.v1.GetDocumentRequest
-	(*Document)(nil),              // 5: reachstore.query.v1.Document
-	(*GetDocumentResponse)(nil),   // 6: reachstore.query.v1.GetDocumentResponse
-	(*ListDocumentsRequest)(nil),  // 7: reachstore.query.v1.ListDocumentsRequest
-	(*ListDocumentsResponse)(nil), // 8: reachstore.query.v1.ListDocumentsResponse
-	nil,                           // 9: reachstore.query.v1.QueryRequest.FilterEntry
-	nil,                           // 10: reachstore.query.v1.QueryResult.MetadataEntry
-	nil,                           // 11: reachstore.query.v1.Document.MetadataEntry
-	(*v1.PartialFailure)(nil),     // 12: reachstore.common.v1.PartialFailure
+	(*QueryRequest)(nil),                // 0: reachstore.query.v1.QueryRequest
+	(*QueryResult)(nil),                 // 1: reachstore.query.v1.QueryResult
+	(*QueryMeta)(nil),                   // 2: reachstore.query.v1.QueryMeta
+	(*QueryResponse)(nil),               // 3: reachstore.query.v1.QueryResponse
+	(*GetDocumentRequest)(nil),          // 4: reachstore.query.v1.GetDocumentRequest
+	(*Document)(nil),                    // 5: reachstore.query.v1.Document
+	(*GetDocumentResponse)(nil),         // 6: reachstore.query.v1.GetDocumentResponse
+	(*ListDocumentsRequest)(nil),        // 7: reachstore.query.v1.ListDocumentsRequest
+	(*ListDocumentsResponse)(nil),       // 8: reachstore.query.v1.ListDocumentsResponse
+	(*ListNamespaceHealthRequest)(nil),  // 9: reachstore.query.v1.ListNamespaceHealthRequest
+	(*MissingCount)(nil),                // 10: reachstore.query.v1.MissingCount
+	(*NamespaceHealth)(nil),             // 11: reachstore.query.v1.NamespaceHealth
+	(*ListNamespaceHealthResponse)(nil), // 12: reachstore.query.v1.ListNamespaceHealthResponse
+	nil,                                 // 13: reachstore.query.v1.QueryRequest.FilterEntry
+	nil,                                 // 14: reachstore.query.v1.QueryResult.MetadataEntry
+	nil,                                 // 15: reachstore.query.v1.Document.MetadataEntry
+	(*v1.PartialFailure)(nil),           // 16: reachstore.common.v1.PartialFailure
+	(v1.Category)(0),                    // 17: reachstore.common.v1.Category
 }
 var file_reachstore_query_v1_query_service_proto_depIdxs = []int32{
-	9,  // 0: reachstore.query.v1.QueryRequest.filter:type_name -> reachstore.query.v1.QueryRequest.FilterEntry
-	10, // 1: reachstore.query.v1.QueryResult.metadata:type_name -> reachstore.query.v1.QueryResult.MetadataEntry
-	12, // 2: reachstore.query.v1.QueryMeta.namespaces_failed:type_name -> reachstore.common.v1.PartialFailure
+	13, // 0: reachstore.query.v1.QueryRequest.filter:type_name -> reachstore.query.v1.QueryRequest.FilterEntry
+	14, // 1: reachstore.query.v1.QueryResult.metadata:type_name -> reachstore.query.v1.QueryResult.MetadataEntry
+	16, // 2: reachstore.query.v1.QueryMeta.namespaces_failed:type_name -> reachstore.common.v1.PartialFailure
 	1,  // 3: reachstore.query.v1.QueryResponse.results:type_name -> reachstore.query.v1.QueryResult
 	2,  // 4: reachstore.query.v1.QueryResponse.meta:type_name -> reachstore.query.v1.QueryMeta
-	11, // 5: reachstore.query.v1.Document.metadata:type_name -> reachstore.query.v1.Document.MetadataEntry
+	15, // 5: reachstore.query.v1.Document.metadata:type_name -> reachstore.query.v1.Document.MetadataEntry
 	5,  // 6: reachstore.query.v1.GetDocumentResponse.document:type_name -> reachstore.query.v1.Document
-	12, // 7: reachstore.query.v1.GetDocumentResponse.partial_failures:type_name -> reachstore.common.v1.PartialFailure
+	16, // 7: reachstore.query.v1.GetDocumentResponse.partial_failures:type_name -> reachstore.common.v1.PartialFailure
 	5,  // 8: reachstore.query.v1.ListDocumentsResponse.documents:type_name -> reachstore.query.v1.Document
-	12, // 9: reachstore.query.v1.ListDocumentsResponse.partial_failures:type_name -> reachstore.common.v1.PartialFailure
-	0,  // 10: reachstore.query.v1.QueryService.Query:input_type -> reachstore.query.v1.QueryRequest
-	4,  // 11: reachstore.query.v1.QueryService.GetDocument:input_type -> reachstore.query.v1.GetDocumentRequest
-	7,  // 12: reachstore.query.v1.QueryService.ListDocuments:input_type -> reachstore.query.v1.ListDocumentsRequest
-	3,  // 13: reachstore.query.v1.QueryService.Query:output_type -> reachstore.query.v1.QueryResponse
-	6,  // 14: reachstore.query.v1.QueryService.GetDocument:output_type -> reachstore.query.v1.GetDocumentResponse
-	8,  // 15: reachstore.query.v1.QueryService.ListDocuments:output_type -> reachstore.query.v1.ListDocumentsResponse
-	13, // [13:16] is the sub-list for method output_type
-	10, // [10:13] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	16, // 9: reachstore.query.v1.ListDocumentsResponse.partial_failures:type_name -> reachstore.common.v1.PartialFailure
+	17, // 10: reachstore.query.v1.MissingCount.category:type_name -> reachstore.common.v1.Category
+	10, // 11: reachstore.query.v1.NamespaceHealth.missing_by:type_name -> reachstore.query.v1.MissingCount
+	11, // 12: reachstore.query.v1.ListNamespaceHealthResponse.namespaces:type_name -> reachstore.query.v1.NamespaceHealth
+	16, // 13: reachstore.query.v1.ListNamespaceHealthResponse.partial_failures:type_name -> reachstore.common.v1.PartialFailure
+	0,  // 14: reachstore.query.v1.QueryService.Query:input_type -> reachstore.query.v1.QueryRequest
+	4,  // 15: reachstore.query.v1.QueryService.GetDocument:input_type -> reachstore.query.v1.GetDocumentRequest
+	7,  // 16: reachstore.query.v1.QueryService.ListDocuments:input_type -> reachstore.query.v1.ListDocumentsRequest
+	9,  // 17: reachstore.query.v1.QueryService.ListNamespaceHealth:input_type -> reachstore.query.v1.ListNamespaceHealthRequest
+	3,  // 18: reachstore.query.v1.QueryService.Query:output_type -> reachstore.query.v1.QueryResponse
+	6,  // 19: reachstore.query.v1.QueryService.GetDocument:output_type -> reachstore.query.v1.GetDocumentResponse
+	8,  // 20: reachstore.query.v1.QueryService.ListDocuments:output_type -> reachstore.query.v1.ListDocumentsResponse
+	12, // 21: reachstore.query.v1.QueryService.ListNamespaceHealth:output_type -> reachstore.query.v1.ListNamespaceHealthResponse
+	18, // [18:22] is the sub-list for method output_type
+	14, // [14:18] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_reachstore_query_v1_query_service_proto_init() }
@@ -1053,6 +1470,54 @@ func file_reachstore_query_v1_query_service_proto_init() {
 				return nil
 			}
 		}
+		file_reachstore_query_v1_query_service_proto_msgTypes[9].Exporter = func(v interface{}, i int) interface{} {
+			switch v := v.(*ListNamespaceHealthRequest); i {
+			case 0:
+				return &v.state
+			case 1:
+				return &v.sizeCache
+			case 2:
+				return &v.unknownFields
+			default:
+				return nil
+			}
+		}
+		file_reachstore_query_v1_query_service_proto_msgTypes[10].Exporter = func(v interface{}, i int) interface{} {
+			switch v := v.(*MissingCount); i {
+			case 0:
+				return &v.state
+			case 1:
+				return &v.sizeCache
+			case 2:
+				return &v.unknownFields
+			default:
+				return nil
+			}
+		}
+		file_reachstore_query_v1_query_service_proto_msgTypes[11].Exporter = func(v interface{}, i int) interface{} {
+			switch v := v.(*NamespaceHealth); i {
+			case 0:
+				return &v.state
+			case 1:
+				return &v.sizeCache
+			case 2:
+				return &v.unknownFields
+			default:
+				return nil
+			}
+		}
+		file_reachstore_query_v1_query_service_proto_msgTypes[12].Exporter = func(v interface{}, i int) interface{} {
+			switch v := v.(*ListNamespaceHealthResponse); i {
+			case 0:
+				return &v.state
+			case 1:
+				return &v.sizeCache
+			case 2:
+				return &v.unknownFields
+			default:
+				return nil
+			}
+		}
 	}
 	file_reachstore_query_v1_query_service_proto_msgTypes[0].OneofWrappers = []interface{}{}
 	type x struct{}
@@ -1061,7 +1526,7 @@ func file_reachstore_query_v1_query_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: file_reachstore_query_v1_query_service_proto_rawDesc,
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,6 +24,12 @@ type QueryServiceClient interface {
 	GetDocument(ctx context.Context, in *GetDocumentRequest, opts ...grpc.CallOption) (*GetDocumentResponse, error)
 	// Lists the documents of a namespace in document-id order, one page at a time.
 	ListDocuments(ctx context.Context, in *ListDocumentsRequest, opts ...grpc.CallOption) (*ListDocumentsResponse, error)
+	// The caller's namespaces with their document counts, the state of their index in the
+	// query replica that answered, and how often they were missing from that replica's
+	// recent answers, and why. The coverage counters live in each replica's memory (since it
+	// started, at most the last 24 hours): another replica counts the queries it answered.
+	// Needs the operator scope.
+	ListNamespaceHealth(ctx context.Context, in *ListNamespaceHealthRequest, opts ...grpc.CallOption) (*ListNamespaceHealthResponse, error)
 }
 
 type queryServiceClient struct {
@@ -61,6 +67,15 @@ func (c *queryServiceClient) ListDocuments(ctx context.Context, in *ListDocument
 	return out, nil
 }
 
+func (c *queryServiceClient) ListNamespaceHealth(ctx context.Context, in *ListNamespaceHealthRequest, opts ...grpc.CallOption) (*ListNamespaceHealthResponse, error) {
+	out := new(ListNamespaceHealthResponse)
+	err := c.cc.Invoke(ctx, "/reachstore.query.v1.QueryService/ListNamespaceHealth", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // QueryServiceServer is the server API for QueryService service.
 // All implementations must embed UnimplementedQueryServiceServer
 // for forward compatibility
@@ -72,6 +87,12 @@ type QueryServiceServer interface {
 	GetDocument(context.Context, *GetDocumentRequest) (*GetDocumentResponse, error)
 	// Lists the documents of a namespace in document-id order, one page at a time.
 	ListDocuments(context.Context, *ListDocumentsRequest) (*ListDocumentsResponse, error)
+	// The caller's namespaces with their document counts, the state of their index in the
+	// query replica that answered, and how often they were missing from that replica's
+	// recent answers, and why. The coverage counters live in each replica's memory (since it
+	// started, at most the last 24 hours): another replica counts the queries it answered.
+	// Needs the operator scope.
+	ListNamespaceHealth(context.Context, *ListNamespaceHealthRequest) (*ListNamespaceHealthResponse, error)
 	mustEmbedUnimplementedQueryServiceServer()
 }
 
@@ -87,6 +108,9 @@ func (UnimplementedQueryServiceServer) GetDocument(context.Context, *GetDocument
 }
 func (UnimplementedQueryServiceServer) ListDocuments(context.Context, *ListDocumentsRequest) (*ListDocumentsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ListDocuments not implemented")
+}
+func (UnimplementedQueryServiceServer) ListNamespaceHealth(context.Context, *ListNamespaceHealthRequest) (*ListNamespaceHealthResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListNamespaceHealth not implemented")
 }
 func (UnimplementedQueryServiceServer) mustEmbedUnimplementedQueryServiceServer() {}
 
@@ -155,6 +179,24 @@ func _QueryService_ListDocuments_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _QueryService_ListNamespaceHealth_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListNamespaceHealthRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueryServiceServer).ListNamespaceHealth(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/reachstore.query.v1.QueryService/ListNamespaceHealth",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueryServiceServer).ListNamespaceHealth(ctx, req.(*ListNamespaceHealthRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 var _QueryService_serviceDesc = grpc.ServiceDesc{
 	ServiceName: "reachstore.query.v1.QueryService",
 	HandlerType: (*QueryServiceServer)(nil),
@@ -170,6 +212,10 @@ var _QueryService_serviceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListDocuments",
 			Handler:    _QueryService_ListDocuments_Handler,
+		},
+		{
+			MethodName: "ListNamespaceHealth",
+			Handler:    _QueryService_ListNamespaceHealth_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -37,6 +37,22 @@ type ReachServiceClient interface {
 	ResolveAction(ctx context.Context, in *ResolveActionRequest, opts ...grpc.CallOption) (*ResolveActionResponse, error)
 	// The channels this caller may use, each described as a tool an agent can call.
 	ListChannels(ctx context.Context, in *ListChannelsRequest, opts ...grpc.CallOption) (*ListChannelsResponse, error)
+	// Lists actions across tasks, oldest first, filtered by state, channel, tenant and age:
+	// the review queue of UNKNOWN and NEEDS_REVIEW actions is this call with those two states.
+	// Receipts and history are left out; GetAction returns them for one action. Needs the
+	// operator scope.
+	ListActions(ctx context.Context, in *ListActionsRequest, opts ...grpc.CallOption) (*ListActionsResponse, error)
+	// Looks an UNKNOWN or NEEDS_REVIEW action up at its receiver again, now, instead of at its
+	// next scheduled re-check. The look-up runs in the background and its outcome is recorded
+	// like any other (GetAction shows it). Nothing is ever re-sent, so asking twice is
+	// harmless: at most one more look-up. Needs the operator scope.
+	RecheckAction(ctx context.Context, in *RecheckActionRequest, opts ...grpc.CallOption) (*RecheckActionResponse, error)
+	// The three signals an operator watches per channel, over a recent window cut into
+	// buckets: actions by state, end-to-end latency percentiles and the retry rate, all
+	// computed from the database (every reach replica gives the same answer), plus the
+	// circuit breaker's state and the limiter's waits of the replica that answered. Needs the
+	// operator scope.
+	GetChannelHealth(ctx context.Context, in *GetChannelHealthRequest, opts ...grpc.CallOption) (*GetChannelHealthResponse, error)
 }
 
 type reachServiceClient struct {
@@ -119,6 +135,33 @@ func (c *reachServiceClient) ListChannels(ctx context.Context, in *ListChannelsR
 	return out, nil
 }
 
+func (c *reachServiceClient) ListActions(ctx context.Context, in *ListActionsRequest, opts ...grpc.CallOption) (*ListActionsResponse, error) {
+	out := new(ListActionsResponse)
+	err := c.cc.Invoke(ctx, "/reachstore.reach.v1.ReachService/ListActions", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *reachServiceClient) RecheckAction(ctx context.Context, in *RecheckActionRequest, opts ...grpc.CallOption) (*RecheckActionResponse, error) {
+	out := new(RecheckActionResponse)
+	err := c.cc.Invoke(ctx, "/reachstore.reach.v1.ReachService/RecheckAction", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *reachServiceClient) GetChannelHealth(ctx context.Context, in *GetChannelHealthRequest, opts ...grpc.CallOption) (*GetChannelHealthResponse, error) {
+	out := new(GetChannelHealthResponse)
+	err := c.cc.Invoke(ctx, "/reachstore.reach.v1.ReachService/GetChannelHealth", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ReachServiceServer is the server API for ReachService service.
 // All implementations must embed UnimplementedReachServiceServer
 // for forward compatibility
@@ -143,6 +186,22 @@ type ReachServiceServer interface {
 	ResolveAction(context.Context, *ResolveActionRequest) (*ResolveActionResponse, error)
 	// The channels this caller may use, each described as a tool an agent can call.
 	ListChannels(context.Context, *ListChannelsRequest) (*ListChannelsResponse, error)
+	// Lists actions across tasks, oldest first, filtered by state, channel, tenant and age:
+	// the review queue of UNKNOWN and NEEDS_REVIEW actions is this call with those two states.
+	// Receipts and history are left out; GetAction returns them for one action. Needs the
+	// operator scope.
+	ListActions(context.Context, *ListActionsRequest) (*ListActionsResponse, error)
+	// Looks an UNKNOWN or NEEDS_REVIEW action up at its receiver again, now, instead of at its
+	// next scheduled re-check. The look-up runs in the background and its outcome is recorded
+	// like any other (GetAction shows it). Nothing is ever re-sent, so asking twice is
+	// harmless: at most one more look-up. Needs the operator scope.
+	RecheckAction(context.Context, *RecheckActionRequest) (*RecheckActionResponse, error)
+	// The three signals an operator watches per channel, over a recent window cut into
+	// buckets: actions by state, end-to-end latency percentiles and the retry rate, all
+	// computed from the database (every reach replica gives the same answer), plus the
+	// circuit breaker's state and the limiter's waits of the replica that answered. Needs the
+	// operator scope.
+	GetChannelHealth(context.Context, *GetChannelHealthRequest) (*GetChannelHealthResponse, error)
 	mustEmbedUnimplementedReachServiceServer()
 }
 
@@ -173,6 +232,15 @@ func (UnimplementedReachServiceServer) ResolveAction(context.Context, *ResolveAc
 }
 func (UnimplementedReachServiceServer) ListChannels(context.Context, *ListChannelsRequest) (*ListChannelsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ListChannels not implemented")
+}
+func (UnimplementedReachServiceServer) ListActions(context.Context, *ListActionsRequest) (*ListActionsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListActions not implemented")
+}
+func (UnimplementedReachServiceServer) RecheckAction(context.Context, *RecheckActionRequest) (*RecheckActionResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RecheckAction not implemented")
+}
+func (UnimplementedReachServiceServer) GetChannelHealth(context.Context, *GetChannelHealthRequest) (*GetChannelHealthResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GetChannelHealth not implemented")
 }
 func (UnimplementedReachServiceServer) mustEmbedUnimplementedReachServiceServer() {}
 
@@ -331,6 +399,60 @@ func _ReachService_ListChannels_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ReachService_ListActions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListActionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ReachServiceServer).ListActions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/reachstore.reach.v1.ReachService/ListActions",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ReachServiceServer).ListActions(ctx, req.(*ListActionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ReachService_RecheckAction_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RecheckActionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ReachServiceServer).RecheckAction(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/reachstore.reach.v1.ReachService/RecheckAction",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ReachServiceServer).RecheckAction(ctx, req.(*RecheckActionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ReachService_GetChannelHealth_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetChannelHealthRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ReachServiceServer).GetChannelHealth(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/reachstore.reach.v1.ReachService/GetChannelHealth",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ReachServiceServer).GetChannelHealth(ctx, req.(*GetChannelHealthRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 var _ReachService_serviceDesc = grpc.ServiceDesc{
 	ServiceName: "reachstore.reach.v1.ReachService",
 	HandlerType: (*ReachServiceServer)(nil),
@@ -366,6 +488,18 @@ var _ReachService_serviceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListChannels",
 			Handler:    _ReachService_ListChannels_Handler,
+		},
+		{
+			MethodName: "ListActions",
+			Handler:    _ReachService_ListActions_Handler,
+		},
+		{
+			MethodName: "RecheckAction",
+			Handler:    _ReachService_RecheckAction_Handler,
+		},
+		{
+			MethodName: "GetChannelHealth",
+			Handler:    _ReachService_GetChannelHealth_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -9,7 +9,7 @@ import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegen
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import { file_google_api_annotations } from "../../../google/api/annotations_pb.js";
 import { file_reachstore_common_v1_access } from "../../common/v1/access_pb.js";
-import type { PartialFailure } from "../../common/v1/partial_failure_pb.js";
+import type { Category, PartialFailure } from "../../common/v1/partial_failure_pb.js";
 import { file_reachstore_common_v1_partial_failure } from "../../common/v1/partial_failure_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
@@ -17,7 +17,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file reachstore/query/v1/query_service.proto.
  */
 export const file_reachstore_query_v1_query_service: GenFile = /*@__PURE__*/
-  fileDesc("CidyZWFjaHN0b3JlL3F1ZXJ5L3YxL3F1ZXJ5X3NlcnZpY2UucHJvdG8SE3JlYWNoc3RvcmUucXVlcnkudjEihwIKDFF1ZXJ5UmVxdWVzdBISCgpuYW1lc3BhY2VzGAEgAygJEg0KBXF1ZXJ5GAIgASgJEg0KBXRvcF9rGAMgASgFEj0KBmZpbHRlchgEIAMoCzItLnJlYWNoc3RvcmUucXVlcnkudjEuUXVlcnlSZXF1ZXN0LkZpbHRlckVudHJ5EhIKCnRpbWVvdXRfbXMYBSABKAUSGgoNYWxsb3dfcGFydGlhbBgGIAEoCEgAiAEBEhUKCW5hbWVzcGFjZRgHIAEoCUICGAEaLQoLRmlsdGVyRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUIQCg5fYWxsb3dfcGFydGlhbCLaAQoLUXVlcnlSZXN1bHQSEQoJbmFtZXNwYWNlGAEgASgJEhMKC2RvY3VtZW50X2lkGAIgASgJEhMKC2NodW5rX2luZGV4GAMgASgFEgwKBHRleHQYBCABKAkSDQoFc2NvcmUYBSABKAESQAoIbWV0YWRhdGEYBiADKAsyLi5yZWFjaHN0b3JlLnF1ZXJ5LnYxLlF1ZXJ5UmVzdWx0Lk1ldGFkYXRhRW50cnkaLwoNTWV0YWRhdGFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIp4BCglRdWVyeU1ldGESFgoOY292ZXJhZ2VfcmF0aW8YASABKAESGgoSbmFtZXNwYWNlc19xdWVyaWVkGAIgAygJEhwKFG5hbWVzcGFjZXNfc3VjY2VlZGVkGAMgAygJEj8KEW5hbWVzcGFjZXNfZmFpbGVkGAQgAygLMiQucmVhY2hzdG9yZS5jb21tb24udjEuUGFydGlhbEZhaWx1cmUicAoNUXVlcnlSZXNwb25zZRIxCgdyZXN1bHRzGAEgAygLMiAucmVhY2hzdG9yZS5xdWVyeS52MS5RdWVyeVJlc3VsdBIsCgRtZXRhGAIgASgLMh4ucmVhY2hzdG9yZS5xdWVyeS52MS5RdWVyeU1ldGEiPAoSR2V0RG9jdW1lbnRSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRITCgtkb2N1bWVudF9pZBgCIAEoCSLxAQoIRG9jdW1lbnQSEQoJbmFtZXNwYWNlGAEgASgJEhMKC2RvY3VtZW50X2lkGAIgASgJEgwKBHRleHQYAyABKAkSPQoIbWV0YWRhdGEYBCADKAsyKy5yZWFjaHN0b3JlLnF1ZXJ5LnYxLkRvY3VtZW50Lk1ldGFkYXRhRW50cnkSEwoLY2h1bmtfY291bnQYBSABKAUSFgoOY29udGVudF9zaGEyNTYYBiABKAkSEgoKdXBkYXRlZF9hdBgHIAEoCRovCg1NZXRhZGF0YUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEihgEKE0dldERvY3VtZW50UmVzcG9uc2USLwoIZG9jdW1lbnQYASABKAsyHS5yZWFjaHN0b3JlLnF1ZXJ5LnYxLkRvY3VtZW50Ej4KEHBhcnRpYWxfZmFpbHVyZXMYAiADKAsyJC5yZWFjaHN0b3JlLmNvbW1vbi52MS5QYXJ0aWFsRmFpbHVyZSJQChRMaXN0RG9jdW1lbnRzUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkiogEKFUxpc3REb2N1bWVudHNSZXNwb25zZRIwCglkb2N1bWVudHMYASADKAsyHS5yZWFjaHN0b3JlLnF1ZXJ5LnYxLkRvY3VtZW50EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCRI+ChBwYXJ0aWFsX2ZhaWx1cmVzGAMgAygLMiQucmVhY2hzdG9yZS5jb21tb24udjEuUGFydGlhbEZhaWx1cmUy1wMKDFF1ZXJ5U2VydmljZRJzCgVRdWVyeRIhLnJlYWNoc3RvcmUucXVlcnkudjEuUXVlcnlSZXF1ZXN0GiIucmVhY2hzdG9yZS5xdWVyeS52MS5RdWVyeVJlc3BvbnNlIiOQAgHK8xgEcmVhZILT5JMCEjoBKiINL2FwaS92MS9xdWVyeRKrAQoLR2V0RG9jdW1lbnQSJy5yZWFjaHN0b3JlLnF1ZXJ5LnYxLkdldERvY3VtZW50UmVxdWVzdBooLnJlYWNoc3RvcmUucXVlcnkudjEuR2V0RG9jdW1lbnRSZXNwb25zZSJJkAIByvMYBHJlYWSC0+STAjgSNi9hcGkvdjEvbmFtZXNwYWNlcy97bmFtZXNwYWNlfS9kb2N1bWVudHMve2RvY3VtZW50X2lkfRKjAQoNTGlzdERvY3VtZW50cxIpLnJlYWNoc3RvcmUucXVlcnkudjEuTGlzdERvY3VtZW50c1JlcXVlc3QaKi5yZWFjaHN0b3JlLnF1ZXJ5LnYxLkxpc3REb2N1bWVudHNSZXNwb25zZSI7kAIByvMYBHJlYWSC0+STAioSKC9hcGkvdjEvbmFtZXNwYWNlcy97bmFtZXNwYWNlfS9kb2N1bWVudHNCRVpDZ2l0aHViLmNvbS9yZWFjaHN0b3JlL3JlYWNoc3RvcmUvZ2VuL2dvL3JlYWNoc3RvcmUvcXVlcnkvdjE7cXVlcnl2MWIGcHJvdG8z", [file_google_api_annotations, file_reachstore_common_v1_access, file_reachstore_common_v1_partial_failure]);
+  fileDesc("CidyZWFjaHN0b3JlL3F1ZXJ5L3YxL3F1ZXJ5X3NlcnZpY2UucHJvdG8SE3JlYWNoc3RvcmUucXVlcnkudjEihwIKDFF1ZXJ5UmVxdWVzdBISCgpuYW1lc3BhY2VzGAEgAygJEg0KBXF1ZXJ5GAIgASgJEg0KBXRvcF9rGAMgASgFEj0KBmZpbHRlchgEIAMoCzItLnJlYWNoc3RvcmUucXVlcnkudjEuUXVlcnlSZXF1ZXN0LkZpbHRlckVudHJ5EhIKCnRpbWVvdXRfbXMYBSABKAUSGgoNYWxsb3dfcGFydGlhbBgGIAEoCEgAiAEBEhUKCW5hbWVzcGFjZRgHIAEoCUICGAEaLQoLRmlsdGVyRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUIQCg5fYWxsb3dfcGFydGlhbCLaAQoLUXVlcnlSZXN1bHQSEQoJbmFtZXNwYWNlGAEgASgJEhMKC2RvY3VtZW50X2lkGAIgASgJEhMKC2NodW5rX2luZGV4GAMgASgFEgwKBHRleHQYBCABKAkSDQoFc2NvcmUYBSABKAESQAoIbWV0YWRhdGEYBiADKAsyLi5yZWFjaHN0b3JlLnF1ZXJ5LnYxLlF1ZXJ5UmVzdWx0Lk1ldGFkYXRhRW50cnkaLwoNTWV0YWRhdGFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIp4BCglRdWVyeU1ldGESFgoOY292ZXJhZ2VfcmF0aW8YASABKAESGgoSbmFtZXNwYWNlc19xdWVyaWVkGAIgAygJEhwKFG5hbWVzcGFjZXNfc3VjY2VlZGVkGAMgAygJEj8KEW5hbWVzcGFjZXNfZmFpbGVkGAQgAygLMiQucmVhY2hzdG9yZS5jb21tb24udjEuUGFydGlhbEZhaWx1cmUicAoNUXVlcnlSZXNwb25zZRIxCgdyZXN1bHRzGAEgAygLMiAucmVhY2hzdG9yZS5xdWVyeS52MS5RdWVyeVJlc3VsdBIsCgRtZXRhGAIgASgLMh4ucmVhY2hzdG9yZS5xdWVyeS52MS5RdWVyeU1ldGEiPAoSR2V0RG9jdW1lbnRSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRITCgtkb2N1bWVudF9pZBgCIAEoCSLxAQoIRG9jdW1lbnQSEQoJbmFtZXNwYWNlGAEgASgJEhMKC2RvY3VtZW50X2lkGAIgASgJEgwKBHRleHQYAyABKAkSPQoIbWV0YWRhdGEYBCADKAsyKy5yZWFjaHN0b3JlLnF1ZXJ5LnYxLkRvY3VtZW50Lk1ldGFkYXRhRW50cnkSEwoLY2h1bmtfY291bnQYBSABKAUSFgoOY29udGVudF9zaGEyNTYYBiABKAkSEgoKdXBkYXRlZF9hdBgHIAEoCRovCg1NZXRhZGF0YUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEihgEKE0dldERvY3VtZW50UmVzcG9uc2USLwoIZG9jdW1lbnQYASABKAsyHS5yZWFjaHN0b3JlLnF1ZXJ5LnYxLkRvY3VtZW50Ej4KEHBhcnRpYWxfZmFpbHVyZXMYAiADKAsyJC5yZWFjaHN0b3JlLmNvbW1vbi52MS5QYXJ0aWFsRmFpbHVyZSJQChRMaXN0RG9jdW1lbnRzUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkiogEKFUxpc3REb2N1bWVudHNSZXNwb25zZRIwCglkb2N1bWVudHMYASADKAsyHS5yZWFjaHN0b3JlLnF1ZXJ5LnYxLkRvY3VtZW50EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCRI+ChBwYXJ0aWFsX2ZhaWx1cmVzGAMgAygLMiQucmVhY2hzdG9yZS5jb21tb24udjEuUGFydGlhbEZhaWx1cmUiVQoaTGlzdE5hbWVzcGFjZUhlYWx0aFJlcXVlc3QSEQoJcGFnZV9zaXplGAEgASgFEhIKCnBhZ2VfdG9rZW4YAiABKAkSEAoId2luZG93X3MYAyABKAUiYwoMTWlzc2luZ0NvdW50EjAKCGNhdGVnb3J5GAEgASgOMh4ucmVhY2hzdG9yZS5jb21tb24udjEuQ2F0ZWdvcnkSEgoKZXJyb3JfY29kZRgCIAEoCRINCgVjb3VudBgDIAEoAyLrAQoPTmFtZXNwYWNlSGVhbHRoEgwKBG5hbWUYASABKAkSFgoOZG9jdW1lbnRfY291bnQYAiABKAMSEwoLY2h1bmtfY291bnQYAyABKAMSEwoLaW5kZXhfc3RhdGUYBCABKAkSDwoHcXVlcmllcxgFIAEoAxIPCgdtaXNzaW5nGAYgASgDEhYKDmNvdmVyYWdlX3JhdGlvGAcgASgBEjUKCm1pc3NpbmdfYnkYCCADKAsyIS5yZWFjaHN0b3JlLnF1ZXJ5LnYxLk1pc3NpbmdDb3VudBIXCg9sYXN0X21pc3NpbmdfYXQYCSABKAki0wEKG0xpc3ROYW1lc3BhY2VIZWFsdGhSZXNwb25zZRI4CgpuYW1lc3BhY2VzGAEgAygLMiQucmVhY2hzdG9yZS5xdWVyeS52MS5OYW1lc3BhY2VIZWFsdGgSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJEhAKCHdpbmRvd19zGAMgASgFEg8KB3JlcGxpY2EYBCABKAkSPgoQcGFydGlhbF9mYWlsdXJlcxgFIAMoCzIkLnJlYWNoc3RvcmUuY29tbW9uLnYxLlBhcnRpYWxGYWlsdXJlMoQFCgxRdWVyeVNlcnZpY2UScwoFUXVlcnkSIS5yZWFjaHN0b3JlLnF1ZXJ5LnYxLlF1ZXJ5UmVxdWVzdBoiLnJlYWNoc3RvcmUucXVlcnkudjEuUXVlcnlSZXNwb25zZSIjkAIByvMYBHJlYWSC0+STAhI6ASoiDS9hcGkvdjEvcXVlcnkSqwEKC0dldERvY3VtZW50EicucmVhY2hzdG9yZS5xdWVyeS52MS5HZXREb2N1bWVudFJlcXVlc3QaKC5yZWFjaHN0b3JlLnF1ZXJ5LnYxLkdldERvY3VtZW50UmVzcG9uc2UiSZACAcrzGARyZWFkgtPkkwI4EjYvYXBpL3YxL25hbWVzcGFjZXMve25hbWVzcGFjZX0vZG9jdW1lbnRzL3tkb2N1bWVudF9pZH0SowEKDUxpc3REb2N1bWVudHMSKS5yZWFjaHN0b3JlLnF1ZXJ5LnYxLkxpc3REb2N1bWVudHNSZXF1ZXN0GioucmVhY2hzdG9yZS5xdWVyeS52MS5MaXN0RG9jdW1lbnRzUmVzcG9uc2UiO5ACAcrzGARyZWFkgtPkkwIqEigvYXBpL3YxL25hbWVzcGFjZXMve25hbWVzcGFjZX0vZG9jdW1lbnRzEqoBChNMaXN0TmFtZXNwYWNlSGVhbHRoEi8ucmVhY2hzdG9yZS5xdWVyeS52MS5MaXN0TmFtZXNwYWNlSGVhbHRoUmVxdWVzdBowLnJlYWNoc3RvcmUucXVlcnkudjEuTGlzdE5hbWVzcGFjZUhlYWx0aFJlc3BvbnNlIjCQAgHK8xgIb3BlcmF0b3KC0+STAhsSGS9hcGkvdjEvbmFtZXNwYWNlczpoZWFsdGhCRVpDZ2l0aHViLmNvbS9yZWFjaHN0b3JlL3JlYWNoc3RvcmUvZ2VuL2dvL3JlYWNoc3RvcmUvcXVlcnkvdjE7cXVlcnl2MWIGcHJvdG8z", [file_google_api_annotations, file_reachstore_common_v1_access, file_reachstore_common_v1_partial_failure]);
 
 /**
  * A question asked across one or more namespaces.
@@ -404,6 +404,203 @@ export const ListDocumentsResponseSchema: GenMessage<ListDocumentsResponse> = /*
   messageDesc(file_reachstore_query_v1_query_service, 8);
 
 /**
+ * Asks for one page of namespace health.
+ *
+ * @generated from message reachstore.query.v1.ListNamespaceHealthRequest
+ */
+export type ListNamespaceHealthRequest = Message<"reachstore.query.v1.ListNamespaceHealthRequest"> & {
+  /**
+   * Namespaces per page: 1 to 100, default 20.
+   *
+   * @generated from field: int32 page_size = 1;
+   */
+  pageSize: number;
+
+  /**
+   * The `next_page_token` of the previous page; empty for the first page.
+   *
+   * @generated from field: string page_token = 2;
+   */
+  pageToken: string;
+
+  /**
+   * How far back the coverage counters look, 60–86400 seconds (default 3600).
+   *
+   * @generated from field: int32 window_s = 3;
+   */
+  windowS: number;
+};
+
+/**
+ * Describes the message reachstore.query.v1.ListNamespaceHealthRequest.
+ * Use `create(ListNamespaceHealthRequestSchema)` to create a new message.
+ */
+export const ListNamespaceHealthRequestSchema: GenMessage<ListNamespaceHealthRequest> = /*@__PURE__*/
+  messageDesc(file_reachstore_query_v1_query_service, 9);
+
+/**
+ * How often a namespace was missing for one reason.
+ *
+ * @generated from message reachstore.query.v1.MissingCount
+ */
+export type MissingCount = Message<"reachstore.query.v1.MissingCount"> & {
+  /**
+   * The failure's category.
+   *
+   * @generated from field: reachstore.common.v1.Category category = 1;
+   */
+  category: Category;
+
+  /**
+   * The failure's error code (for example NAMESPACE_TIMEOUT).
+   *
+   * @generated from field: string error_code = 2;
+   */
+  errorCode: string;
+
+  /**
+   * How many answers missed the namespace for this reason.
+   *
+   * @generated from field: int64 count = 3;
+   */
+  count: bigint;
+};
+
+/**
+ * Describes the message reachstore.query.v1.MissingCount.
+ * Use `create(MissingCountSchema)` to create a new message.
+ */
+export const MissingCountSchema: GenMessage<MissingCount> = /*@__PURE__*/
+  messageDesc(file_reachstore_query_v1_query_service, 10);
+
+/**
+ * One namespace's health as the answering replica sees it.
+ *
+ * @generated from message reachstore.query.v1.NamespaceHealth
+ */
+export type NamespaceHealth = Message<"reachstore.query.v1.NamespaceHealth"> & {
+  /**
+   * The namespace's name.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * Searchable documents (from the database).
+   *
+   * @generated from field: int64 document_count = 2;
+   */
+  documentCount: bigint;
+
+  /**
+   * Searchable chunks (from the database).
+   *
+   * @generated from field: int64 chunk_count = 3;
+   */
+  chunkCount: bigint;
+
+  /**
+   * The index in the answering replica: "ready", "loading", "rebuilding" or "not_loaded"
+   * (no query has needed it since the replica started).
+   *
+   * @generated from field: string index_state = 4;
+   */
+  indexState: string;
+
+  /**
+   * Answers of this replica within the window that included the namespace.
+   *
+   * @generated from field: int64 queries = 5;
+   */
+  queries: bigint;
+
+  /**
+   * Of those, answers the namespace was missing from.
+   *
+   * @generated from field: int64 missing = 6;
+   */
+  missing: bigint;
+
+  /**
+   * (queries - missing) / queries; 1 when it was not queried.
+   *
+   * @generated from field: double coverage_ratio = 7;
+   */
+  coverageRatio: number;
+
+  /**
+   * Why it was missing, by category and error code, most frequent first (at most 20).
+   *
+   * @generated from field: repeated reachstore.query.v1.MissingCount missing_by = 8;
+   */
+  missingBy: MissingCount[];
+
+  /**
+   * When it was last missing, RFC 3339 UTC; empty when it never was in the window.
+   *
+   * @generated from field: string last_missing_at = 9;
+   */
+  lastMissingAt: string;
+};
+
+/**
+ * Describes the message reachstore.query.v1.NamespaceHealth.
+ * Use `create(NamespaceHealthSchema)` to create a new message.
+ */
+export const NamespaceHealthSchema: GenMessage<NamespaceHealth> = /*@__PURE__*/
+  messageDesc(file_reachstore_query_v1_query_service, 11);
+
+/**
+ * One page of namespace health.
+ *
+ * @generated from message reachstore.query.v1.ListNamespaceHealthResponse
+ */
+export type ListNamespaceHealthResponse = Message<"reachstore.query.v1.ListNamespaceHealthResponse"> & {
+  /**
+   * The namespaces of this page, by name.
+   *
+   * @generated from field: repeated reachstore.query.v1.NamespaceHealth namespaces = 1;
+   */
+  namespaces: NamespaceHealth[];
+
+  /**
+   * Token for the next page; empty on the last page.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+
+  /**
+   * The window of the coverage counters, seconds.
+   *
+   * @generated from field: int32 window_s = 3;
+   */
+  windowS: number;
+
+  /**
+   * The name of the query replica that answered (whose index states and counters these are).
+   *
+   * @generated from field: string replica = 4;
+   */
+  replica: string;
+
+  /**
+   * Always empty; present so every response has the same shape.
+   *
+   * @generated from field: repeated reachstore.common.v1.PartialFailure partial_failures = 5;
+   */
+  partialFailures: PartialFailure[];
+};
+
+/**
+ * Describes the message reachstore.query.v1.ListNamespaceHealthResponse.
+ * Use `create(ListNamespaceHealthResponseSchema)` to create a new message.
+ */
+export const ListNamespaceHealthResponseSchema: GenMessage<ListNamespaceHealthResponse> = /*@__PURE__*/
+  messageDesc(file_reachstore_query_v1_query_service, 12);
+
+/**
  * QueryService answers questions across namespaces. A namespace that fails does not fail
  * the request: the caller gets every result that worked plus one PartialFailure per
  * namespace that did not.
@@ -441,6 +638,20 @@ export const QueryService: GenService<{
     methodKind: "unary";
     input: typeof ListDocumentsRequestSchema;
     output: typeof ListDocumentsResponseSchema;
+  },
+  /**
+   * The caller's namespaces with their document counts, the state of their index in the
+   * query replica that answered, and how often they were missing from that replica's
+   * recent answers, and why. The coverage counters live in each replica's memory (since it
+   * started, at most the last 24 hours): another replica counts the queries it answered.
+   * Needs the operator scope.
+   *
+   * @generated from rpc reachstore.query.v1.QueryService.ListNamespaceHealth
+   */
+  listNamespaceHealth: {
+    methodKind: "unary";
+    input: typeof ListNamespaceHealthRequestSchema;
+    output: typeof ListNamespaceHealthResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_reachstore_query_v1_query_service, 0);

@@ -19,7 +19,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file reachstore/reach/v1/reach_service.proto.
  */
 export const file_reachstore_reach_v1_reach_service: GenFile = /*@__PURE__*/
-  fileDesc("CidyZWFjaHN0b3JlL3JlYWNoL3YxL3JlYWNoX3NlcnZpY2UucHJvdG8SE3JlYWNoc3RvcmUucmVhY2gudjEitAEKCkFjdGlvblNwZWMSDAoEbmFtZRgBIAEoCRIPCgdjaGFubmVsGAIgASgJEhMKC2FjdGlvbl90eXBlGAMgASgJEicKBnBhcmFtcxgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSEgoKZGVwZW5kc19vbhgFIAMoCRI1CgtyZXF1aXJlbWVudBgGIAEoDjIgLnJlYWNoc3RvcmUucmVhY2gudjEuUmVxdWlyZW1lbnQisAEKEVN1Ym1pdFRhc2tSZXF1ZXN0EhEKCWVudGl0eV9pZBgBIAEoCRIXCg9pZGVtcG90ZW5jeV9rZXkYAiABKAkSFAoMbG9naWNhbF90aW1lGAMgASgJEjAKB2FjdGlvbnMYBCADKAsyHy5yZWFjaHN0b3JlLnJlYWNoLnYxLkFjdGlvblNwZWMSFQoNdmFsaWRhdGVfb25seRgFIAEoCBIQCgh0cmFjZV9pZBgGIAEoCSKrAQoSU3VibWl0VGFza1Jlc3BvbnNlEicKBHRhc2sYASABKAsyGS5yZWFjaHN0b3JlLnJlYWNoLnYxLlRhc2sSFAoMZGVkdXBsaWNhdGVkGAIgASgIEhYKDnZhbGlkYXRlZF9vbmx5GAMgASgIEj4KEHBhcnRpYWxfZmFpbHVyZXMYBCADKAsyJC5yZWFjaHN0b3JlLmNvbW1vbi52MS5QYXJ0aWFsRmFpbHVyZSKTAQoMUmVhY2hSZXF1ZXN0Ei8KBmFjdGlvbhgBIAEoCzIfLnJlYWNoc3RvcmUucmVhY2gudjEuQWN0aW9uU3BlYxIRCgllbnRpdHlfaWQYAiABKAkSFwoPaWRlbXBvdGVuY3lfa2V5GAMgASgJEhQKDGxvZ2ljYWxfdGltZRgEIAEoCRIQCgh0cmFjZV9pZBgFIAEoCSLTAQoNUmVhY2hSZXNwb25zZRIPCgd0YXNrX2lkGAEgASgJEhEKCWFjdGlvbl9pZBgCIAEoCRIXCg9pZGVtcG90ZW5jeV9rZXkYAyABKAkSLwoFc3RhdGUYBCABKA4yIC5yZWFjaHN0b3JlLnJlYWNoLnYxLkFjdGlvblN0YXRlEhQKDGRlZHVwbGljYXRlZBgFIAEoCBI+ChBwYXJ0aWFsX2ZhaWx1cmVzGAYgAygLMiQucmVhY2hzdG9yZS5jb21tb24udjEuUGFydGlhbEZhaWx1cmUi2gIKBFRhc2sSDwoHdGFza19pZBgBIAEoCRIRCgllbnRpdHlfaWQYAiABKAkSFwoPaWRlbXBvdGVuY3lfa2V5GAMgASgJEhQKDGxvZ2ljYWxfdGltZRgEIAEoCRItCgVzdGF0ZRgFIAEoDjIeLnJlYWNoc3RvcmUucmVhY2gudjEuVGFza1N0YXRlEhAKCHRyYWNlX2lkGAYgASgJEhQKDHN1Ym1pdHRlZF9ieRgHIAEoCRIPCgd2ZXJzaW9uGAggASgDEiwKB2FjdGlvbnMYCSADKAsyGy5yZWFjaHN0b3JlLnJlYWNoLnYxLkFjdGlvbhISCgpjcmVhdGVkX2F0GAogASgJEhIKCnVwZGF0ZWRfYXQYCyABKAkSEwoLZmluaXNoZWRfYXQYDCABKAkSGgoNcG9sbF9hZnRlcl9tcxgNIAEoA0gAiAEBQhAKDl9wb2xsX2FmdGVyX21zIsgFCgZBY3Rpb24SEQoJYWN0aW9uX2lkGAEgASgJEg8KB3Rhc2tfaWQYAiABKAkSDAoEbmFtZRgDIAEoCRIPCgdjaGFubmVsGAQgASgJEhMKC2FjdGlvbl90eXBlGAUgASgJEicKBnBhcmFtcxgGIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSEgoKZGVwZW5kc19vbhgHIAMoCRI1CgtyZXF1aXJlbWVudBgIIAEoDjIgLnJlYWNoc3RvcmUucmVhY2gudjEuUmVxdWlyZW1lbnQSFwoPaWRlbXBvdGVuY3lfa2V5GAkgASgJEg4KBndpbmRvdxgKIAEoCRIvCgVzdGF0ZRgLIAEoDjIgLnJlYWNoc3RvcmUucmVhY2gudjEuQWN0aW9uU3RhdGUSEAoIYXR0ZW1wdHMYDCABKAUSDQoFcG9sbHMYDSABKAUSEwoLZXh0ZXJuYWxfaWQYDiABKAkSNQoHZmFpbHVyZRgPIAEoCzIkLnJlYWNoc3RvcmUuY29tbW9uLnYxLlBhcnRpYWxGYWlsdXJlEjYKDGZhaWx1cmVfa2luZBgQIAEoDjIgLnJlYWNoc3RvcmUucmVhY2gudjEuRmFpbHVyZUtpbmQSFwoPbmV4dF9hdHRlbXB0X2F0GBEgASgJEjkKCnJlc29sdXRpb24YEiABKAsyJS5yZWFjaHN0b3JlLnJlYWNoLnYxLkFjdGlvblJlc29sdXRpb24SLgoIcmVjZWlwdHMYEyADKAsyHC5yZWFjaHN0b3JlLnJlYWNoLnYxLlJlY2VpcHQSMgoHaGlzdG9yeRgUIAMoCzIhLnJlYWNoc3RvcmUucmVhY2gudjEuSGlzdG9yeUVudHJ5EhIKCmNyZWF0ZWRfYXQYFSABKAkSEgoKdXBkYXRlZF9hdBgWIAEoCRITCgtmaW5pc2hlZF9hdBgXIAEoCSJ8ChBBY3Rpb25SZXNvbHV0aW9uEjAKB291dGNvbWUYASABKA4yHy5yZWFjaHN0b3JlLnJlYWNoLnYxLlJlc29sdXRpb24SDAoEbm90ZRgCIAEoCRITCgtyZXNvbHZlZF9ieRgDIAEoCRITCgtyZXNvbHZlZF9hdBgEIAEoCSKiAQoHUmVjZWlwdBIPCgdhdHRlbXB0GAEgASgFEhEKCW9wZXJhdGlvbhgCIAEoCRITCgtleHRlcm5hbF9pZBgDIAEoCRITCgtzdGF0dXNfY29kZRgEIAEoBRIPCgdzbmlwcGV0GAUgASgJEhMKC2R1cmF0aW9uX21zGAYgASgDEg8KB291dGNvbWUYByABKAkSEgoKY3JlYXRlZF9hdBgIIAEoCSK+AQoMSGlzdG9yeUVudHJ5EgoKAmF0GAEgASgJEjQKCmZyb21fc3RhdGUYAiABKA4yIC5yZWFjaHN0b3JlLnJlYWNoLnYxLkFjdGlvblN0YXRlEjIKCHRvX3N0YXRlGAMgASgOMiAucmVhY2hzdG9yZS5yZWFjaC52MS5BY3Rpb25TdGF0ZRIOCgZyZWFzb24YBCABKAkSKAoHZGV0YWlscxgFIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QiSQoOR2V0VGFza1JlcXVlc3QSDwoHdGFza19pZBgBIAEoCRIPCgd3YWl0X21zGAIgASgFEhUKDWtub3duX3ZlcnNpb24YAyABKAMiegoPR2V0VGFza1Jlc3BvbnNlEicKBHRhc2sYASABKAsyGS5yZWFjaHN0b3JlLnJlYWNoLnYxLlRhc2sSPgoQcGFydGlhbF9mYWlsdXJlcxgCIAMoCzIkLnJlYWNoc3RvcmUuY29tbW9uLnYxLlBhcnRpYWxGYWlsdXJlIowBChBMaXN0VGFza3NSZXF1ZXN0Ei0KBXN0YXRlGAEgASgOMh4ucmVhY2hzdG9yZS5yZWFjaC52MS5UYXNrU3RhdGUSDwoHY2hhbm5lbBgCIAEoCRIRCgllbnRpdHlfaWQYAyABKAkSEQoJcGFnZV9zaXplGAQgASgFEhIKCnBhZ2VfdG9rZW4YBSABKAkilgEKEUxpc3RUYXNrc1Jlc3BvbnNlEigKBXRhc2tzGAEgAygLMhkucmVhY2hzdG9yZS5yZWFjaC52MS5UYXNrEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCRI+ChBwYXJ0aWFsX2ZhaWx1cmVzGAMgAygLMiQucmVhY2hzdG9yZS5jb21tb24udjEuUGFydGlhbEZhaWx1cmUiJQoQR2V0QWN0aW9uUmVxdWVzdBIRCglhY3Rpb25faWQYASABKAkigAEKEUdldEFjdGlvblJlc3BvbnNlEisKBmFjdGlvbhgBIAEoCzIbLnJlYWNoc3RvcmUucmVhY2gudjEuQWN0aW9uEj4KEHBhcnRpYWxfZmFpbHVyZXMYAiADKAsyJC5yZWFjaHN0b3JlLmNvbW1vbi52MS5QYXJ0aWFsRmFpbHVyZSIoChNDYW5jZWxBY3Rpb25SZXF1ZXN0EhEKCWFjdGlvbl9pZBgBIAEoCSKWAQoUQ2FuY2VsQWN0aW9uUmVzcG9uc2USKwoGYWN0aW9uGAEgASgLMhsucmVhY2hzdG9yZS5yZWFjaC52MS5BY3Rpb24SEQoJY2FuY2VsbGVkGAIgASgIEj4KEHBhcnRpYWxfZmFpbHVyZXMYAyADKAsyJC5yZWFjaHN0b3JlLmNvbW1vbi52MS5QYXJ0aWFsRmFpbHVyZSJpChRSZXNvbHZlQWN0aW9uUmVxdWVzdBIRCglhY3Rpb25faWQYASABKAkSMAoHb3V0Y29tZRgCIAEoDjIfLnJlYWNoc3RvcmUucmVhY2gudjEuUmVzb2x1dGlvbhIMCgRub3RlGAMgASgJIoQBChVSZXNvbHZlQWN0aW9uUmVzcG9uc2USKwoGYWN0aW9uGAEgASgLMhsucmVhY2hzdG9yZS5yZWFjaC52MS5BY3Rpb24SPgoQcGFydGlhbF9mYWlsdXJlcxgCIAMoCzIkLnJlYWNoc3RvcmUuY29tbW9uLnYxLlBhcnRpYWxGYWlsdXJlIhUKE0xpc3RDaGFubmVsc1JlcXVlc3QihgEKFExpc3RDaGFubmVsc1Jlc3BvbnNlEi4KCGNoYW5uZWxzGAEgAygLMhwucmVhY2hzdG9yZS5yZWFjaC52MS5DaGFubmVsEj4KEHBhcnRpYWxfZmFpbHVyZXMYAiADKAsyJC5yZWFjaHN0b3JlLmNvbW1vbi52MS5QYXJ0aWFsRmFpbHVyZSK4AgoHQ2hhbm5lbBIMCgRuYW1lGAEgASgJEgwKBGtpbmQYAiABKAkSEwoLZGVzY3JpcHRpb24YAyABKAkSEwoLc2lkZV9lZmZlY3QYBCABKAkSFAoMYWN0aW9uX3R5cGVzGAUgAygJEjIKEXBhcmFtZXRlcnNfc2NoZW1hGAYgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBINCgVydWxlcxgHIAMoCRISCgppZGVtcG90ZW50GAggASgIEh8KF2hvbm91cnNfaWRlbXBvdGVuY3lfa2V5GAkgASgIEhAKCGNhbl9wb2xsGAogASgIEhIKCmNhbl9jYW5jZWwYCyABKAgSHAoUc2VuZF9yYXRlX3Blcl9zZWNvbmQYDCABKAESFQoNYnJlYWtlcl9zdGF0ZRgNIAEoCSqIAQoJVGFza1N0YXRlEhoKFlRBU0tfU1RBVEVfVU5TUEVDSUZJRUQQABIWChJUQVNLX1NUQVRFX1BFTkRJTkcQARIWChJUQVNLX1NUQVRFX1JVTk5JTkcQAhIYChRUQVNLX1NUQVRFX1NVQ0NFRURFRBADEhUKEVRBU0tfU1RBVEVfRkFJTEVEEAQquAIKC0FjdGlvblN0YXRlEhwKGEFDVElPTl9TVEFURV9VTlNQRUNJRklFRBAAEhgKFEFDVElPTl9TVEFURV9CTE9DS0VEEAESFgoSQUNUSU9OX1NUQVRFX1JFQURZEAISGwoXQUNUSU9OX1NUQVRFX1NVQk1JVFRJTkcQAxIYChRBQ1RJT05fU1RBVEVfUEVORElORxAEEhoKFkFDVElPTl9TVEFURV9TVUNDRUVERUQQBRIXChNBQ1RJT05fU1RBVEVfRkFJTEVEEAYSGAoUQUNUSU9OX1NUQVRFX1VOS05PV04QBxIdChlBQ1RJT05fU1RBVEVfTkVFRFNfUkVWSUVXEAgSGgoWQUNUSU9OX1NUQVRFX0NBTkNFTExFRBAJEhgKFEFDVElPTl9TVEFURV9TS0lQUEVEEAoqXgoLUmVxdWlyZW1lbnQSGwoXUkVRVUlSRU1FTlRfVU5TUEVDSUZJRUQQABIYChRSRVFVSVJFTUVOVF9SRVFVSVJFRBABEhgKFFJFUVVJUkVNRU5UX09QVElPTkFMEAIqYgoLRmFpbHVyZUtpbmQSHAoYRkFJTFVSRV9LSU5EX1VOU1BFQ0lGSUVEEAASGQoVRkFJTFVSRV9LSU5EX0JVU0lORVNTEAESGgoWRkFJTFVSRV9LSU5EX1RFQ0hOSUNBTBACKlkKClJlc29sdXRpb24SGgoWUkVTT0xVVElPTl9VTlNQRUNJRklFRBAAEhgKFFJFU09MVVRJT05fU1VDQ0VFREVEEAESFQoRUkVTT0xVVElPTl9GQUlMRUQQAjKeCQoMUmVhY2hTZXJ2aWNlEosBCgpTdWJtaXRUYXNrEiYucmVhY2hzdG9yZS5yZWFjaC52MS5TdWJtaXRUYXNrUmVxdWVzdBonLnJlYWNoc3RvcmUucmVhY2gudjEuU3VibWl0VGFza1Jlc3BvbnNlIizA8xjKAcrzGAVyZWFjaILT5JMCGDoBKiITL2FwaS92MS9yZWFjaC90YXNrcxJ8CgVSZWFjaBIhLnJlYWNoc3RvcmUucmVhY2gudjEuUmVhY2hSZXF1ZXN0GiIucmVhY2hzdG9yZS5yZWFjaC52MS5SZWFjaFJlc3BvbnNlIizA8xjKAcrzGAVyZWFjaILT5JMCGDoBKiITL2FwaS92MS9yZWFjaDpyZWFjaBKGAQoHR2V0VGFzaxIjLnJlYWNoc3RvcmUucmVhY2gudjEuR2V0VGFza1JlcXVlc3QaJC5yZWFjaHN0b3JlLnJlYWNoLnYxLkdldFRhc2tSZXNwb25zZSIwkAIByvMYBHJlYWSC0+STAh8SHS9hcGkvdjEvcmVhY2gvdGFza3Mve3Rhc2tfaWR9EoIBCglMaXN0VGFza3MSJS5yZWFjaHN0b3JlLnJlYWNoLnYxLkxpc3RUYXNrc1JlcXVlc3QaJi5yZWFjaHN0b3JlLnJlYWNoLnYxLkxpc3RUYXNrc1Jlc3BvbnNlIiaQAgHK8xgEcmVhZILT5JMCFRITL2FwaS92MS9yZWFjaC90YXNrcxKQAQoJR2V0QWN0aW9uEiUucmVhY2hzdG9yZS5yZWFjaC52MS5HZXRBY3Rpb25SZXF1ZXN0GiYucmVhY2hzdG9yZS5yZWFjaC52MS5HZXRBY3Rpb25SZXNwb25zZSI0kAIByvMYBHJlYWSC0+STAiMSIS9hcGkvdjEvcmVhY2gvYWN0aW9ucy97YWN0aW9uX2lkfRKkAQoMQ2FuY2VsQWN0aW9uEigucmVhY2hzdG9yZS5yZWFjaC52MS5DYW5jZWxBY3Rpb25SZXF1ZXN0GikucmVhY2hzdG9yZS5yZWFjaC52MS5DYW5jZWxBY3Rpb25SZXNwb25zZSI/kAICyvMYBXJlYWNogtPkkwItOgEqIigvYXBpL3YxL3JlYWNoL2FjdGlvbnMve2FjdGlvbl9pZH06Y2FuY2VsEqgBCg1SZXNvbHZlQWN0aW9uEikucmVhY2hzdG9yZS5yZWFjaC52MS5SZXNvbHZlQWN0aW9uUmVxdWVzdBoqLnJlYWNoc3RvcmUucmVhY2gudjEuUmVzb2x2ZUFjdGlvblJlc3BvbnNlIkDK8xgIb3BlcmF0b3KC0+STAi46ASoiKS9hcGkvdjEvcmVhY2gvYWN0aW9ucy97YWN0aW9uX2lkfTpyZXNvbHZlEo4BCgxMaXN0Q2hhbm5lbHMSKC5yZWFjaHN0b3JlLnJlYWNoLnYxLkxpc3RDaGFubmVsc1JlcXVlc3QaKS5yZWFjaHN0b3JlLnJlYWNoLnYxLkxpc3RDaGFubmVsc1Jlc3BvbnNlIimQAgHK8xgEcmVhZILT5JMCGBIWL2FwaS92MS9yZWFjaC9jaGFubmVsc0JFWkNnaXRodWIuY29tL3JlYWNoc3RvcmUvcmVhY2hzdG9yZS9nZW4vZ28vcmVhY2hzdG9yZS9yZWFjaC92MTtyZWFjaHYxYgZwcm90bzM", [file_google_api_annotations, file_google_protobuf_struct, file_reachstore_common_v1_access, file_reachstore_common_v1_http_options, file_reachstore_common_v1_partial_failure]);
+  fileDesc("CidyZWFjaHN0b3JlL3JlYWNoL3YxL3JlYWNoX3NlcnZpY2UucHJvdG8SE3JlYWNoc3RvcmUucmVhY2gudjEitAEKCkFjdGlvblNwZWMSDAoEbmFtZRgBIAEoCRIPCgdjaGFubmVsGAIgASgJEhMKC2FjdGlvbl90eXBlGAMgASgJEicKBnBhcmFtcxgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSEgoKZGVwZW5kc19vbhgFIAMoCRI1CgtyZXF1aXJlbWVudBgGIAEoDjIgLnJlYWNoc3RvcmUucmVhY2gudjEuUmVxdWlyZW1lbnQisAEKEVN1Ym1pdFRhc2tSZXF1ZXN0EhEKCWVudGl0eV9pZBgBIAEoCRIXCg9pZGVtcG90ZW5jeV9rZXkYAiABKAkSFAoMbG9naWNhbF90aW1lGAMgASgJEjAKB2FjdGlvbnMYBCADKAsyHy5yZWFjaHN0b3JlLnJlYWNoLnYxLkFjdGlvblNwZWMSFQoNdmFsaWRhdGVfb25seRgFIAEoCBIQCgh0cmFjZV9pZBgGIAEoCSKrAQoSU3VibWl0VGFza1Jlc3BvbnNlEicKBHRhc2sYASABKAsyGS5yZWFjaHN0b3JlLnJlYWNoLnYxLlRhc2sSFAoMZGVkdXBsaWNhdGVkGAIgASgIEhYKDnZhbGlkYXRlZF9vbmx5GAMgASgIEj4KEHBhcnRpYWxfZmFpbHVyZXMYBCADKAsyJC5yZWFjaHN0b3JlLmNvbW1vbi52MS5QYXJ0aWFsRmFpbHVyZSKTAQoMUmVhY2hSZXF1ZXN0Ei8KBmFjdGlvbhgBIAEoCzIfLnJlYWNoc3RvcmUucmVhY2gudjEuQWN0aW9uU3BlYxIRCgllbnRpdHlfaWQYAiABKAkSFwoPaWRlbXBvdGVuY3lfa2V5GAMgASgJEhQKDGxvZ2ljYWxfdGltZRgEIAEoCRIQCgh0cmFjZV9pZBgFIAEoCSLTAQoNUmVhY2hSZXNwb25zZRIPCgd0YXNrX2lkGAEgASgJEhEKCWFjdGlvbl9pZBgCIAEoCRIXCg9pZGVtcG90ZW5jeV9rZXkYAyABKAkSLwoFc3RhdGUYBCABKA4yIC5yZWFjaHN0b3JlLnJlYWNoLnYxLkFjdGlvblN0YXRlEhQKDGRlZHVwbGljYXRlZBgFIAEoCBI+ChBwYXJ0aWFsX2ZhaWx1cmVzGAYgAygLMiQucmVhY2hzdG9yZS5jb21tb24udjEuUGFydGlhbEZhaWx1cmUi2gIKBFRhc2sSDwoHdGFza19pZBgBIAEoCRIRCgllbnRpdHlfaWQYAiABKAkSFwoPaWRlbXBvdGVuY3lfa2V5GAMgASgJEhQKDGxvZ2ljYWxfdGltZRgEIAEoCRItCgVzdGF0ZRgFIAEoDjIeLnJlYWNoc3RvcmUucmVhY2gudjEuVGFza1N0YXRlEhAKCHRyYWNlX2lkGAYgASgJEhQKDHN1Ym1pdHRlZF9ieRgHIAEoCRIPCgd2ZXJzaW9uGAggASgDEiwKB2FjdGlvbnMYCSADKAsyGy5yZWFjaHN0b3JlLnJlYWNoLnYxLkFjdGlvbhISCgpjcmVhdGVkX2F0GAogASgJEhIKCnVwZGF0ZWRfYXQYCyABKAkSEwoLZmluaXNoZWRfYXQYDCABKAkSGgoNcG9sbF9hZnRlcl9tcxgNIAEoA0gAiAEBQhAKDl9wb2xsX2FmdGVyX21zIsgFCgZBY3Rpb24SEQoJYWN0aW9uX2lkGAEgASgJEg8KB3Rhc2tfaWQYAiABKAkSDAoEbmFtZRgDIAEoCRIPCgdjaGFubmVsGAQgASgJEhMKC2FjdGlvbl90eXBlGAUgASgJEicKBnBhcmFtcxgGIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSEgoKZGVwZW5kc19vbhgHIAMoCRI1CgtyZXF1aXJlbWVudBgIIAEoDjIgLnJlYWNoc3RvcmUucmVhY2gudjEuUmVxdWlyZW1lbnQSFwoPaWRlbXBvdGVuY3lfa2V5GAkgASgJEg4KBndpbmRvdxgKIAEoCRIvCgVzdGF0ZRgLIAEoDjIgLnJlYWNoc3RvcmUucmVhY2gudjEuQWN0aW9uU3RhdGUSEAoIYXR0ZW1wdHMYDCABKAUSDQoFcG9sbHMYDSABKAUSEwoLZXh0ZXJuYWxfaWQYDiABKAkSNQoHZmFpbHVyZRgPIAEoCzIkLnJlYWNoc3RvcmUuY29tbW9uLnYxLlBhcnRpYWxGYWlsdXJlEjYKDGZhaWx1cmVfa2luZBgQIAEoDjIgLnJlYWNoc3RvcmUucmVhY2gudjEuRmFpbHVyZUtpbmQSFwoPbmV4dF9hdHRlbXB0X2F0GBEgASgJEjkKCnJlc29sdXRpb24YEiABKAsyJS5yZWFjaHN0b3JlLnJlYWNoLnYxLkFjdGlvblJlc29sdXRpb24SLgoIcmVjZWlwdHMYEyADKAsyHC5yZWFjaHN0b3JlLnJlYWNoLnYxLlJlY2VpcHQSMgoHaGlzdG9yeRgUIAMoCzIhLnJlYWNoc3RvcmUucmVhY2gudjEuSGlzdG9yeUVudHJ5EhIKCmNyZWF0ZWRfYXQYFSABKAkSEgoKdXBkYXRlZF9hdBgWIAEoCRITCgtmaW5pc2hlZF9hdBgXIAEoCSJ8ChBBY3Rpb25SZXNvbHV0aW9uEjAKB291dGNvbWUYASABKA4yHy5yZWFjaHN0b3JlLnJlYWNoLnYxLlJlc29sdXRpb24SDAoEbm90ZRgCIAEoCRITCgtyZXNvbHZlZF9ieRgDIAEoCRITCgtyZXNvbHZlZF9hdBgEIAEoCSKiAQoHUmVjZWlwdBIPCgdhdHRlbXB0GAEgASgFEhEKCW9wZXJhdGlvbhgCIAEoCRITCgtleHRlcm5hbF9pZBgDIAEoCRITCgtzdGF0dXNfY29kZRgEIAEoBRIPCgdzbmlwcGV0GAUgASgJEhMKC2R1cmF0aW9uX21zGAYgASgDEg8KB291dGNvbWUYByABKAkSEgoKY3JlYXRlZF9hdBgIIAEoCSK+AQoMSGlzdG9yeUVudHJ5EgoKAmF0GAEgASgJEjQKCmZyb21fc3RhdGUYAiABKA4yIC5yZWFjaHN0b3JlLnJlYWNoLnYxLkFjdGlvblN0YXRlEjIKCHRvX3N0YXRlGAMgASgOMiAucmVhY2hzdG9yZS5yZWFjaC52MS5BY3Rpb25TdGF0ZRIOCgZyZWFzb24YBCABKAkSKAoHZGV0YWlscxgFIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QiSQoOR2V0VGFza1JlcXVlc3QSDwoHdGFza19pZBgBIAEoCRIPCgd3YWl0X21zGAIgASgFEhUKDWtub3duX3ZlcnNpb24YAyABKAMiegoPR2V0VGFza1Jlc3BvbnNlEicKBHRhc2sYASABKAsyGS5yZWFjaHN0b3JlLnJlYWNoLnYxLlRhc2sSPgoQcGFydGlhbF9mYWlsdXJlcxgCIAMoCzIkLnJlYWNoc3RvcmUuY29tbW9uLnYxLlBhcnRpYWxGYWlsdXJlIowBChBMaXN0VGFza3NSZXF1ZXN0Ei0KBXN0YXRlGAEgASgOMh4ucmVhY2hzdG9yZS5yZWFjaC52MS5UYXNrU3RhdGUSDwoHY2hhbm5lbBgCIAEoCRIRCgllbnRpdHlfaWQYAyABKAkSEQoJcGFnZV9zaXplGAQgASgFEhIKCnBhZ2VfdG9rZW4YBSABKAkilgEKEUxpc3RUYXNrc1Jlc3BvbnNlEigKBXRhc2tzGAEgAygLMhkucmVhY2hzdG9yZS5yZWFjaC52MS5UYXNrEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCRI+ChBwYXJ0aWFsX2ZhaWx1cmVzGAMgAygLMiQucmVhY2hzdG9yZS5jb21tb24udjEuUGFydGlhbEZhaWx1cmUiJQoQR2V0QWN0aW9uUmVxdWVzdBIRCglhY3Rpb25faWQYASABKAkigAEKEUdldEFjdGlvblJlc3BvbnNlEisKBmFjdGlvbhgBIAEoCzIbLnJlYWNoc3RvcmUucmVhY2gudjEuQWN0aW9uEj4KEHBhcnRpYWxfZmFpbHVyZXMYAiADKAsyJC5yZWFjaHN0b3JlLmNvbW1vbi52MS5QYXJ0aWFsRmFpbHVyZSIoChNDYW5jZWxBY3Rpb25SZXF1ZXN0EhEKCWFjdGlvbl9pZBgBIAEoCSKWAQoUQ2FuY2VsQWN0aW9uUmVzcG9uc2USKwoGYWN0aW9uGAEgASgLMhsucmVhY2hzdG9yZS5yZWFjaC52MS5BY3Rpb24SEQoJY2FuY2VsbGVkGAIgASgIEj4KEHBhcnRpYWxfZmFpbHVyZXMYAyADKAsyJC5yZWFjaHN0b3JlLmNvbW1vbi52MS5QYXJ0aWFsRmFpbHVyZSJpChRSZXNvbHZlQWN0aW9uUmVxdWVzdBIRCglhY3Rpb25faWQYASABKAkSMAoHb3V0Y29tZRgCIAEoDjIfLnJlYWNoc3RvcmUucmVhY2gudjEuUmVzb2x1dGlvbhIMCgRub3RlGAMgASgJIoQBChVSZXNvbHZlQWN0aW9uUmVzcG9uc2USKwoGYWN0aW9uGAEgASgLMhsucmVhY2hzdG9yZS5yZWFjaC52MS5BY3Rpb24SPgoQcGFydGlhbF9mYWlsdXJlcxgCIAMoCzIkLnJlYWNoc3RvcmUuY29tbW9uLnYxLlBhcnRpYWxGYWlsdXJlIhUKE0xpc3RDaGFubmVsc1JlcXVlc3QihgEKFExpc3RDaGFubmVsc1Jlc3BvbnNlEi4KCGNoYW5uZWxzGAEgAygLMhwucmVhY2hzdG9yZS5yZWFjaC52MS5DaGFubmVsEj4KEHBhcnRpYWxfZmFpbHVyZXMYAiADKAsyJC5yZWFjaHN0b3JlLmNvbW1vbi52MS5QYXJ0aWFsRmFpbHVyZSK4AgoHQ2hhbm5lbBIMCgRuYW1lGAEgASgJEgwKBGtpbmQYAiABKAkSEwoLZGVzY3JpcHRpb24YAyABKAkSEwoLc2lkZV9lZmZlY3QYBCABKAkSFAoMYWN0aW9uX3R5cGVzGAUgAygJEjIKEXBhcmFtZXRlcnNfc2NoZW1hGAYgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBINCgVydWxlcxgHIAMoCRISCgppZGVtcG90ZW50GAggASgIEh8KF2hvbm91cnNfaWRlbXBvdGVuY3lfa2V5GAkgASgIEhAKCGNhbl9wb2xsGAogASgIEhIKCmNhbl9jYW5jZWwYCyABKAgSHAoUc2VuZF9yYXRlX3Blcl9zZWNvbmQYDCABKAESFQoNYnJlYWtlcl9zdGF0ZRgNIAEoCSK0AQoSTGlzdEFjdGlvbnNSZXF1ZXN0EjAKBnN0YXRlcxgBIAMoDjIgLnJlYWNoc3RvcmUucmVhY2gudjEuQWN0aW9uU3RhdGUSDwoHY2hhbm5lbBgCIAEoCRIOCgZ0ZW5hbnQYAyABKAkSEQoJbWluX2FnZV9zGAQgASgFEhEKCW1heF9hZ2VfcxgFIAEoBRIRCglwYWdlX3NpemUYBiABKAUSEgoKcGFnZV90b2tlbhgHIAEoCSKsAQoTTGlzdEFjdGlvbnNSZXNwb25zZRIsCgdhY3Rpb25zGAEgAygLMhsucmVhY2hzdG9yZS5yZWFjaC52MS5BY3Rpb24SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJEg4KBnRlbmFudBgDIAEoCRI+ChBwYXJ0aWFsX2ZhaWx1cmVzGAQgAygLMiQucmVhY2hzdG9yZS5jb21tb24udjEuUGFydGlhbEZhaWx1cmUiKQoUUmVjaGVja0FjdGlvblJlcXVlc3QSEQoJYWN0aW9uX2lkGAEgASgJIpcBChVSZWNoZWNrQWN0aW9uUmVzcG9uc2USKwoGYWN0aW9uGAEgASgLMhsucmVhY2hzdG9yZS5yZWFjaC52MS5BY3Rpb24SEQoJc2NoZWR1bGVkGAIgASgIEj4KEHBhcnRpYWxfZmFpbHVyZXMYAyADKAsyJC5yZWFjaHN0b3JlLmNvbW1vbi52MS5QYXJ0aWFsRmFpbHVyZSJOChdHZXRDaGFubmVsSGVhbHRoUmVxdWVzdBIPCgdjaGFubmVsGAEgASgJEhAKCHdpbmRvd19zGAIgASgFEhAKCGJ1Y2tldF9zGAMgASgFIkwKClN0YXRlQ291bnQSLwoFc3RhdGUYASABKA4yIC5yZWFjaHN0b3JlLnJlYWNoLnYxLkFjdGlvblN0YXRlEg0KBWNvdW50GAIgASgDIt0BCgxIZWFsdGhCdWNrZXQSDQoFc3RhcnQYASABKAkSMAoHZW50ZXJlZBgCIAMoCzIfLnJlYWNoc3RvcmUucmVhY2gudjEuU3RhdGVDb3VudBIQCghmaW5pc2hlZBgDIAEoAxIWCg5sYXRlbmN5X3A1MF9tcxgEIAEoARIWCg5sYXRlbmN5X3A5NV9tcxgFIAEoARIWCg5sYXRlbmN5X3A5OV9tcxgGIAEoARINCgVzZW5kcxgHIAEoAxIPCgdyZXRyaWVzGAggASgDEhIKCnJldHJ5X3JhdGUYCSABKAEiSQoMTGltaXRlcldhaXRzEg0KBXNlbmRzGAEgASgDEhQKDHRvdGFsX3dhaXRfcxgCIAEoARIUCgxtZWFuX3dhaXRfbXMYAyABKAEi0QEKDUNoYW5uZWxIZWFsdGgSDwoHY2hhbm5lbBgBIAEoCRIwCgdjdXJyZW50GAIgAygLMh8ucmVhY2hzdG9yZS5yZWFjaC52MS5TdGF0ZUNvdW50EjIKB2J1Y2tldHMYAyADKAsyIS5yZWFjaHN0b3JlLnJlYWNoLnYxLkhlYWx0aEJ1Y2tldBIVCg1icmVha2VyX3N0YXRlGAQgASgJEjIKB2xpbWl0ZXIYBSABKAsyIS5yZWFjaHN0b3JlLnJlYWNoLnYxLkxpbWl0ZXJXYWl0cyLbAQoYR2V0Q2hhbm5lbEhlYWx0aFJlc3BvbnNlEjQKCGNoYW5uZWxzGAEgAygLMiIucmVhY2hzdG9yZS5yZWFjaC52MS5DaGFubmVsSGVhbHRoEhAKCHdpbmRvd19zGAIgASgFEhAKCGJ1Y2tldF9zGAMgASgFEg8KB3JlcGxpY2EYBCABKAkSFAoMZ2VuZXJhdGVkX2F0GAUgASgJEj4KEHBhcnRpYWxfZmFpbHVyZXMYBiADKAsyJC5yZWFjaHN0b3JlLmNvbW1vbi52MS5QYXJ0aWFsRmFpbHVyZSqIAQoJVGFza1N0YXRlEhoKFlRBU0tfU1RBVEVfVU5TUEVDSUZJRUQQABIWChJUQVNLX1NUQVRFX1BFTkRJTkcQARIWChJUQVNLX1NUQVRFX1JVTk5JTkcQAhIYChRUQVNLX1NUQVRFX1NVQ0NFRURFRBADEhUKEVRBU0tfU1RBVEVfRkFJTEVEEAQquAIKC0FjdGlvblN0YXRlEhwKGEFDVElPTl9TVEFURV9VTlNQRUNJRklFRBAAEhgKFEFDVElPTl9TVEFURV9CTE9DS0VEEAESFgoSQUNUSU9OX1NUQVRFX1JFQURZEAISGwoXQUNUSU9OX1NUQVRFX1NVQk1JVFRJTkcQAxIYChRBQ1RJT05fU1RBVEVfUEVORElORxAEEhoKFkFDVElPTl9TVEFURV9TVUNDRUVERUQQBRIXChNBQ1RJT05fU1RBVEVfRkFJTEVEEAYSGAoUQUNUSU9OX1NUQVRFX1VOS05PV04QBxIdChlBQ1RJT05fU1RBVEVfTkVFRFNfUkVWSUVXEAgSGgoWQUNUSU9OX1NUQVRFX0NBTkNFTExFRBAJEhgKFEFDVElPTl9TVEFURV9TS0lQUEVEEAoqXgoLUmVxdWlyZW1lbnQSGwoXUkVRVUlSRU1FTlRfVU5TUEVDSUZJRUQQABIYChRSRVFVSVJFTUVOVF9SRVFVSVJFRBABEhgKFFJFUVVJUkVNRU5UX09QVElPTkFMEAIqYgoLRmFpbHVyZUtpbmQSHAoYRkFJTFVSRV9LSU5EX1VOU1BFQ0lGSUVEEAASGQoVRkFJTFVSRV9LSU5EX0JVU0lORVNTEAESGgoWRkFJTFVSRV9LSU5EX1RFQ0hOSUNBTBACKlkKClJlc29sdXRpb24SGgoWUkVTT0xVVElPTl9VTlNQRUNJRklFRBAAEhgKFFJFU09MVVRJT05fU1VDQ0VFREVEEAESFQoRUkVTT0xVVElPTl9GQUlMRUQQAjL8DAoMUmVhY2hTZXJ2aWNlEosBCgpTdWJtaXRUYXNrEiYucmVhY2hzdG9yZS5yZWFjaC52MS5TdWJtaXRUYXNrUmVxdWVzdBonLnJlYWNoc3RvcmUucmVhY2gudjEuU3VibWl0VGFza1Jlc3BvbnNlIizA8xjKAcrzGAVyZWFjaILT5JMCGDoBKiITL2FwaS92MS9yZWFjaC90YXNrcxJ8CgVSZWFjaBIhLnJlYWNoc3RvcmUucmVhY2gudjEuUmVhY2hSZXF1ZXN0GiIucmVhY2hzdG9yZS5yZWFjaC52MS5SZWFjaFJlc3BvbnNlIizA8xjKAcrzGAVyZWFjaILT5JMCGDoBKiITL2FwaS92MS9yZWFjaDpyZWFjaBKGAQoHR2V0VGFzaxIjLnJlYWNoc3RvcmUucmVhY2gudjEuR2V0VGFza1JlcXVlc3QaJC5yZWFjaHN0b3JlLnJlYWNoLnYxLkdldFRhc2tSZXNwb25zZSIwkAIByvMYBHJlYWSC0+STAh8SHS9hcGkvdjEvcmVhY2gvdGFza3Mve3Rhc2tfaWR9EoIBCglMaXN0VGFza3MSJS5yZWFjaHN0b3JlLnJlYWNoLnYxLkxpc3RUYXNrc1JlcXVlc3QaJi5yZWFjaHN0b3JlLnJlYWNoLnYxLkxpc3RUYXNrc1Jlc3BvbnNlIiaQAgHK8xgEcmVhZILT5JMCFRITL2FwaS92MS9yZWFjaC90YXNrcxKQAQoJR2V0QWN0aW9uEiUucmVhY2hzdG9yZS5yZWFjaC52MS5HZXRBY3Rpb25SZXF1ZXN0GiYucmVhY2hzdG9yZS5yZWFjaC52MS5HZXRBY3Rpb25SZXNwb25zZSI0kAIByvMYBHJlYWSC0+STAiMSIS9hcGkvdjEvcmVhY2gvYWN0aW9ucy97YWN0aW9uX2lkfRKkAQoMQ2FuY2VsQWN0aW9uEigucmVhY2hzdG9yZS5yZWFjaC52MS5DYW5jZWxBY3Rpb25SZXF1ZXN0GikucmVhY2hzdG9yZS5yZWFjaC52MS5DYW5jZWxBY3Rpb25SZXNwb25zZSI/kAICyvMYBXJlYWNogtPkkwItOgEqIigvYXBpL3YxL3JlYWNoL2FjdGlvbnMve2FjdGlvbl9pZH06Y2FuY2VsEqgBCg1SZXNvbHZlQWN0aW9uEikucmVhY2hzdG9yZS5yZWFjaC52MS5SZXNvbHZlQWN0aW9uUmVxdWVzdBoqLnJlYWNoc3RvcmUucmVhY2gudjEuUmVzb2x2ZUFjdGlvblJlc3BvbnNlIkDK8xgIb3BlcmF0b3KC0+STAi46ASoiKS9hcGkvdjEvcmVhY2gvYWN0aW9ucy97YWN0aW9uX2lkfTpyZXNvbHZlEo4BCgxMaXN0Q2hhbm5lbHMSKC5yZWFjaHN0b3JlLnJlYWNoLnYxLkxpc3RDaGFubmVsc1JlcXVlc3QaKS5yZWFjaHN0b3JlLnJlYWNoLnYxLkxpc3RDaGFubmVsc1Jlc3BvbnNlIimQAgHK8xgEcmVhZILT5JMCGBIWL2FwaS92MS9yZWFjaC9jaGFubmVscxKOAQoLTGlzdEFjdGlvbnMSJy5yZWFjaHN0b3JlLnJlYWNoLnYxLkxpc3RBY3Rpb25zUmVxdWVzdBooLnJlYWNoc3RvcmUucmVhY2gudjEuTGlzdEFjdGlvbnNSZXNwb25zZSIskAIByvMYCG9wZXJhdG9ygtPkkwIXEhUvYXBpL3YxL3JlYWNoL2FjdGlvbnMSqwEKDVJlY2hlY2tBY3Rpb24SKS5yZWFjaHN0b3JlLnJlYWNoLnYxLlJlY2hlY2tBY3Rpb25SZXF1ZXN0GioucmVhY2hzdG9yZS5yZWFjaC52MS5SZWNoZWNrQWN0aW9uUmVzcG9uc2UiQ5ACAsrzGAhvcGVyYXRvcoLT5JMCLjoBKiIpL2FwaS92MS9yZWFjaC9hY3Rpb25zL3thY3Rpb25faWR9OnJlY2hlY2sSnAEKEEdldENoYW5uZWxIZWFsdGgSLC5yZWFjaHN0b3JlLnJlYWNoLnYxLkdldENoYW5uZWxIZWFsdGhSZXF1ZXN0Gi0ucmVhY2hzdG9yZS5yZWFjaC52MS5HZXRDaGFubmVsSGVhbHRoUmVzcG9uc2UiK5ACAcrzGAhvcGVyYXRvcoLT5JMCFhIUL2FwaS92MS9yZWFjaC9oZWFsdGhCRVpDZ2l0aHViLmNvbS9yZWFjaHN0b3JlL3JlYWNoc3RvcmUvZ2VuL2dvL3JlYWNoc3RvcmUvcmVhY2gvdjE7cmVhY2h2MWIGcHJvdG8z", [file_google_api_annotations, file_google_protobuf_struct, file_reachstore_common_v1_access, file_reachstore_common_v1_http_options, file_reachstore_common_v1_partial_failure]);
 
 /**
  * One action of a task, as the caller describes it.
@@ -1194,6 +1194,456 @@ export const ChannelSchema: GenMessage<Channel> = /*@__PURE__*/
   messageDesc(file_reachstore_reach_v1_reach_service, 22);
 
 /**
+ * Asks for actions across tasks.
+ *
+ * @generated from message reachstore.reach.v1.ListActionsRequest
+ */
+export type ListActionsRequest = Message<"reachstore.reach.v1.ListActionsRequest"> & {
+  /**
+   * Only actions in these states, at most 10 entries (empty: every state).
+   *
+   * @generated from field: repeated reachstore.reach.v1.ActionState states = 1;
+   */
+  states: ActionState[];
+
+  /**
+   * Only actions on this channel (empty: every channel).
+   *
+   * @generated from field: string channel = 2;
+   */
+  channel: string;
+
+  /**
+   * The tenant whose actions to list (default: the caller's; another tenant needs the
+   * auditor scope as well).
+   *
+   * @generated from field: string tenant = 3;
+   */
+  tenant: string;
+
+  /**
+   * Only actions reserved at least this many seconds ago (0–31536000; 0: no lower bound).
+   *
+   * @generated from field: int32 min_age_s = 4;
+   */
+  minAgeS: number;
+
+  /**
+   * Only actions reserved at most this many seconds ago (0–31536000; 0: no upper bound).
+   * When both are set it must not be below `min_age_s`.
+   *
+   * @generated from field: int32 max_age_s = 5;
+   */
+  maxAgeS: number;
+
+  /**
+   * Page size, 1–100 (default 20).
+   *
+   * @generated from field: int32 page_size = 6;
+   */
+  pageSize: number;
+
+  /**
+   * The `next_page_token` of the previous page; empty for the first page.
+   *
+   * @generated from field: string page_token = 7;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message reachstore.reach.v1.ListActionsRequest.
+ * Use `create(ListActionsRequestSchema)` to create a new message.
+ */
+export const ListActionsRequestSchema: GenMessage<ListActionsRequest> = /*@__PURE__*/
+  messageDesc(file_reachstore_reach_v1_reach_service, 23);
+
+/**
+ * A page of actions.
+ *
+ * @generated from message reachstore.reach.v1.ListActionsResponse
+ */
+export type ListActionsResponse = Message<"reachstore.reach.v1.ListActionsResponse"> & {
+  /**
+   * The actions, oldest first, without receipts and history, their `params` with personal
+   * data masked (keyed tokens, as in the audit trail); GetAction returns them as submitted.
+   *
+   * @generated from field: repeated reachstore.reach.v1.Action actions = 1;
+   */
+  actions: Action[];
+
+  /**
+   * Token for the next page; empty on the last page.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+
+  /**
+   * The tenant the actions belong to.
+   *
+   * @generated from field: string tenant = 3;
+   */
+  tenant: string;
+
+  /**
+   * One entry per listed action that failed, is unknown or waits for review.
+   *
+   * @generated from field: repeated reachstore.common.v1.PartialFailure partial_failures = 4;
+   */
+  partialFailures: PartialFailure[];
+};
+
+/**
+ * Describes the message reachstore.reach.v1.ListActionsResponse.
+ * Use `create(ListActionsResponseSchema)` to create a new message.
+ */
+export const ListActionsResponseSchema: GenMessage<ListActionsResponse> = /*@__PURE__*/
+  messageDesc(file_reachstore_reach_v1_reach_service, 24);
+
+/**
+ * Asks for an immediate look-up of an action.
+ *
+ * @generated from message reachstore.reach.v1.RecheckActionRequest
+ */
+export type RecheckActionRequest = Message<"reachstore.reach.v1.RecheckActionRequest"> & {
+  /**
+   * The action's id.
+   *
+   * @generated from field: string action_id = 1;
+   */
+  actionId: string;
+};
+
+/**
+ * Describes the message reachstore.reach.v1.RecheckActionRequest.
+ * Use `create(RecheckActionRequestSchema)` to create a new message.
+ */
+export const RecheckActionRequestSchema: GenMessage<RecheckActionRequest> = /*@__PURE__*/
+  messageDesc(file_reachstore_reach_v1_reach_service, 25);
+
+/**
+ * What asking for the look-up did.
+ *
+ * @generated from message reachstore.reach.v1.RecheckActionResponse
+ */
+export type RecheckActionResponse = Message<"reachstore.reach.v1.RecheckActionResponse"> & {
+  /**
+   * The action after the request: UNKNOWN and due now.
+   *
+   * @generated from field: reachstore.reach.v1.Action action = 1;
+   */
+  action?: Action | undefined;
+
+  /**
+   * True when the look-up was scheduled for now.
+   *
+   * @generated from field: bool scheduled = 2;
+   */
+  scheduled: boolean;
+
+  /**
+   * Why it could not be scheduled right now (a worker holds the action), with retry advice.
+   *
+   * @generated from field: repeated reachstore.common.v1.PartialFailure partial_failures = 3;
+   */
+  partialFailures: PartialFailure[];
+};
+
+/**
+ * Describes the message reachstore.reach.v1.RecheckActionResponse.
+ * Use `create(RecheckActionResponseSchema)` to create a new message.
+ */
+export const RecheckActionResponseSchema: GenMessage<RecheckActionResponse> = /*@__PURE__*/
+  messageDesc(file_reachstore_reach_v1_reach_service, 26);
+
+/**
+ * Asks for per-channel health.
+ *
+ * @generated from message reachstore.reach.v1.GetChannelHealthRequest
+ */
+export type GetChannelHealthRequest = Message<"reachstore.reach.v1.GetChannelHealthRequest"> & {
+  /**
+   * Only this channel (empty: every configured channel the caller may use).
+   *
+   * @generated from field: string channel = 1;
+   */
+  channel: string;
+
+  /**
+   * How far back to look, 60–604800 seconds (default 3600).
+   *
+   * @generated from field: int32 window_s = 2;
+   */
+  windowS: number;
+
+  /**
+   * The width of one bucket, 10–86400 seconds (default: a twelfth of the window); the
+   * window may hold at most 120 buckets.
+   *
+   * @generated from field: int32 bucket_s = 3;
+   */
+  bucketS: number;
+};
+
+/**
+ * Describes the message reachstore.reach.v1.GetChannelHealthRequest.
+ * Use `create(GetChannelHealthRequestSchema)` to create a new message.
+ */
+export const GetChannelHealthRequestSchema: GenMessage<GetChannelHealthRequest> = /*@__PURE__*/
+  messageDesc(file_reachstore_reach_v1_reach_service, 27);
+
+/**
+ * How many actions are in one state.
+ *
+ * @generated from message reachstore.reach.v1.StateCount
+ */
+export type StateCount = Message<"reachstore.reach.v1.StateCount"> & {
+  /**
+   * The state.
+   *
+   * @generated from field: reachstore.reach.v1.ActionState state = 1;
+   */
+  state: ActionState;
+
+  /**
+   * How many actions.
+   *
+   * @generated from field: int64 count = 2;
+   */
+  count: bigint;
+};
+
+/**
+ * Describes the message reachstore.reach.v1.StateCount.
+ * Use `create(StateCountSchema)` to create a new message.
+ */
+export const StateCountSchema: GenMessage<StateCount> = /*@__PURE__*/
+  messageDesc(file_reachstore_reach_v1_reach_service, 28);
+
+/**
+ * One slice of time of a channel's signals.
+ *
+ * @generated from message reachstore.reach.v1.HealthBucket
+ */
+export type HealthBucket = Message<"reachstore.reach.v1.HealthBucket"> & {
+  /**
+   * Where the bucket starts, RFC 3339 UTC; it ends where the next one starts.
+   *
+   * @generated from field: string start = 1;
+   */
+  start: string;
+
+  /**
+   * State changes in the bucket, by the state entered (from the actions' history).
+   *
+   * @generated from field: repeated reachstore.reach.v1.StateCount entered = 2;
+   */
+  entered: StateCount[];
+
+  /**
+   * Actions that reached a final state in the bucket.
+   *
+   * @generated from field: int64 finished = 3;
+   */
+  finished: bigint;
+
+  /**
+   * End-to-end latency (reservation to final state) of those actions, 50th percentile,
+   * in milliseconds; 0 when none finished.
+   *
+   * @generated from field: double latency_p50_ms = 4;
+   */
+  latencyP50Ms: number;
+
+  /**
+   * The 95th percentile.
+   *
+   * @generated from field: double latency_p95_ms = 5;
+   */
+  latencyP95Ms: number;
+
+  /**
+   * The 99th percentile.
+   *
+   * @generated from field: double latency_p99_ms = 6;
+   */
+  latencyP99Ms: number;
+
+  /**
+   * Requests sent to the receiver in the bucket.
+   *
+   * @generated from field: int64 sends = 7;
+   */
+  sends: bigint;
+
+  /**
+   * Sends scheduled again in the bucket (transient errors, rate limits, re-sends after a
+   * lost worker).
+   *
+   * @generated from field: int64 retries = 8;
+   */
+  retries: bigint;
+
+  /**
+   * retries / sends; 0 when nothing was sent.
+   *
+   * @generated from field: double retry_rate = 9;
+   */
+  retryRate: number;
+};
+
+/**
+ * Describes the message reachstore.reach.v1.HealthBucket.
+ * Use `create(HealthBucketSchema)` to create a new message.
+ */
+export const HealthBucketSchema: GenMessage<HealthBucket> = /*@__PURE__*/
+  messageDesc(file_reachstore_reach_v1_reach_service, 29);
+
+/**
+ * Waits for a channel's token bucket in the replica that answered, since it started.
+ *
+ * @generated from message reachstore.reach.v1.LimiterWaits
+ */
+export type LimiterWaits = Message<"reachstore.reach.v1.LimiterWaits"> & {
+  /**
+   * Sends that asked the limiter for a token.
+   *
+   * @generated from field: int64 sends = 1;
+   */
+  sends: bigint;
+
+  /**
+   * Seconds they waited in all.
+   *
+   * @generated from field: double total_wait_s = 2;
+   */
+  totalWaitS: number;
+
+  /**
+   * The mean wait per send, milliseconds.
+   *
+   * @generated from field: double mean_wait_ms = 3;
+   */
+  meanWaitMs: number;
+};
+
+/**
+ * Describes the message reachstore.reach.v1.LimiterWaits.
+ * Use `create(LimiterWaitsSchema)` to create a new message.
+ */
+export const LimiterWaitsSchema: GenMessage<LimiterWaits> = /*@__PURE__*/
+  messageDesc(file_reachstore_reach_v1_reach_service, 30);
+
+/**
+ * One channel's health.
+ *
+ * @generated from message reachstore.reach.v1.ChannelHealth
+ */
+export type ChannelHealth = Message<"reachstore.reach.v1.ChannelHealth"> & {
+  /**
+   * The channel's name.
+   *
+   * @generated from field: string channel = 1;
+   */
+  channel: string;
+
+  /**
+   * Actions per state right now (from the database), states with none left out.
+   *
+   * @generated from field: repeated reachstore.reach.v1.StateCount current = 2;
+   */
+  current: StateCount[];
+
+  /**
+   * The window's buckets, oldest first (from the database).
+   *
+   * @generated from field: repeated reachstore.reach.v1.HealthBucket buckets = 3;
+   */
+  buckets: HealthBucket[];
+
+  /**
+   * The circuit breaker's state in the replica that answered: "closed", "open",
+   * "half_open". Other replicas keep breakers of their own.
+   *
+   * @generated from field: string breaker_state = 4;
+   */
+  breakerState: string;
+
+  /**
+   * The limiter's waits in the replica that answered; absent for a channel without a
+   * declared quota.
+   *
+   * @generated from field: reachstore.reach.v1.LimiterWaits limiter = 5;
+   */
+  limiter?: LimiterWaits | undefined;
+};
+
+/**
+ * Describes the message reachstore.reach.v1.ChannelHealth.
+ * Use `create(ChannelHealthSchema)` to create a new message.
+ */
+export const ChannelHealthSchema: GenMessage<ChannelHealth> = /*@__PURE__*/
+  messageDesc(file_reachstore_reach_v1_reach_service, 31);
+
+/**
+ * Per-channel health of the caller's tenant.
+ *
+ * @generated from message reachstore.reach.v1.GetChannelHealthResponse
+ */
+export type GetChannelHealthResponse = Message<"reachstore.reach.v1.GetChannelHealthResponse"> & {
+  /**
+   * The channels, by name.
+   *
+   * @generated from field: repeated reachstore.reach.v1.ChannelHealth channels = 1;
+   */
+  channels: ChannelHealth[];
+
+  /**
+   * The window, seconds.
+   *
+   * @generated from field: int32 window_s = 2;
+   */
+  windowS: number;
+
+  /**
+   * The bucket width, seconds.
+   *
+   * @generated from field: int32 bucket_s = 3;
+   */
+  bucketS: number;
+
+  /**
+   * The name of the reach replica that answered (where breaker and limiter figures
+   * come from).
+   *
+   * @generated from field: string replica = 4;
+   */
+  replica: string;
+
+  /**
+   * When the figures were computed, RFC 3339 UTC.
+   *
+   * @generated from field: string generated_at = 5;
+   */
+  generatedAt: string;
+
+  /**
+   * Always empty; present so every response has the same shape.
+   *
+   * @generated from field: repeated reachstore.common.v1.PartialFailure partial_failures = 6;
+   */
+  partialFailures: PartialFailure[];
+};
+
+/**
+ * Describes the message reachstore.reach.v1.GetChannelHealthResponse.
+ * Use `create(GetChannelHealthResponseSchema)` to create a new message.
+ */
+export const GetChannelHealthResponseSchema: GenMessage<GetChannelHealthResponse> = /*@__PURE__*/
+  messageDesc(file_reachstore_reach_v1_reach_service, 32);
+
+/**
  * Lifecycle of a task.
  *
  * @generated from enum reachstore.reach.v1.TaskState
@@ -1525,6 +1975,46 @@ export const ReachService: GenService<{
     methodKind: "unary";
     input: typeof ListChannelsRequestSchema;
     output: typeof ListChannelsResponseSchema;
+  },
+  /**
+   * Lists actions across tasks, oldest first, filtered by state, channel, tenant and age:
+   * the review queue of UNKNOWN and NEEDS_REVIEW actions is this call with those two states.
+   * Receipts and history are left out; GetAction returns them for one action. Needs the
+   * operator scope.
+   *
+   * @generated from rpc reachstore.reach.v1.ReachService.ListActions
+   */
+  listActions: {
+    methodKind: "unary";
+    input: typeof ListActionsRequestSchema;
+    output: typeof ListActionsResponseSchema;
+  },
+  /**
+   * Looks an UNKNOWN or NEEDS_REVIEW action up at its receiver again, now, instead of at its
+   * next scheduled re-check. The look-up runs in the background and its outcome is recorded
+   * like any other (GetAction shows it). Nothing is ever re-sent, so asking twice is
+   * harmless: at most one more look-up. Needs the operator scope.
+   *
+   * @generated from rpc reachstore.reach.v1.ReachService.RecheckAction
+   */
+  recheckAction: {
+    methodKind: "unary";
+    input: typeof RecheckActionRequestSchema;
+    output: typeof RecheckActionResponseSchema;
+  },
+  /**
+   * The three signals an operator watches per channel, over a recent window cut into
+   * buckets: actions by state, end-to-end latency percentiles and the retry rate, all
+   * computed from the database (every reach replica gives the same answer), plus the
+   * circuit breaker's state and the limiter's waits of the replica that answered. Needs the
+   * operator scope.
+   *
+   * @generated from rpc reachstore.reach.v1.ReachService.GetChannelHealth
+   */
+  getChannelHealth: {
+    methodKind: "unary";
+    input: typeof GetChannelHealthRequestSchema;
+    output: typeof GetChannelHealthResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_reachstore_reach_v1_reach_service, 0);
