@@ -23,7 +23,7 @@ from grpc_reflection.v1alpha import reflection
 from grpc_status import rpc_status
 
 from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
-from services.common import database_errors, errors, identity, limits, wire
+from services.common import database_errors, errors, identity, limits, nul_strings, wire
 from services.common.auth import Authenticator, Caller
 from services.common.limits import CallKind, RequestLimiter
 
@@ -113,6 +113,7 @@ def _wrap_unary(
                     audited = guards.audit.begin(method, scope, request, who, metadata)
             if undecodable is not None:
                 raise undecodable.error
+            nul_strings.check(request)
             result = await behavior(request, context)
             if audited is not None:
                 await audited.end(grpc.StatusCode.OK)

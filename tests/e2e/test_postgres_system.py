@@ -45,6 +45,25 @@ def test_the_system_runs_on_postgresql(tmp_path: Path, pg_database: str) -> None
                 wait_task(http, reply.json()["task"]["task_id"])["error"]["error_code"]
                 == "DOCUMENT_EXISTS"
             )
+            # PostgreSQL's text cannot hold NUL: refused up front, naming the field, and
+            # the valid documents of a batch are not half-written.
+            reply = http.post(
+                "/api/v1/namespaces/pg-docs/documents",
+                json={"document": {"document_id": "nul", "text": "before\u0000after"}},
+            )
+            assert reply.status_code == 400, reply.text
+            assert "document.text" in reply.json()["error"]["message"]
+            reply = http.post(
+                "/api/v1/namespaces/pg-docs/documents:batchCreate",
+                json={
+                    "documents": [
+                        {"document_id": "fine", "text": "A valid document."},
+                        {"document_id": "nul", "text": "\u0000"},
+                    ]
+                },
+            )
+            assert reply.status_code == 400, reply.text
+            assert "documents[1].text" in reply.json()["error"]["message"]
         with reachstore.Client(system.query_addr, system.ingest_addr) as client:
             assert client.get_namespace("pg-docs").document_count == 2
             assert client.search(["demo"], "semantic storage").results

@@ -1,0 +1,78 @@
+"""NUL characters are refused in every request string, wherever it is nested."""
+
+from __future__ import annotations
+
+import pytest
+from google.protobuf import struct_pb2
+
+from reachstore.ingest.v1 import ingest_service_pb2 as ingest_pb
+from reachstore.query.v1 import query_service_pb2 as query_pb
+from reachstore.reach.v1 import reach_service_pb2 as reach_pb
+from services.common import errors, nul_strings
+
+
+def _params(**values: object) -> struct_pb2.Struct:
+    params = struct_pb2.Struct()
+    params.update(values)
+    return params
+
+
+@pytest.mark.parametrize(
+    ("request_message", "path"),
+    [
+        (
+            ingest_pb.CreateDocumentRequest(
+                namespace="n", document=ingest_pb.DocumentInput(text="a\x00b")
+            ),
+            "document.text",
+        ),
+        (
+            ingest_pb.CreateDocumentRequest(
+                namespace="n", document=ingest_pb.DocumentInput(text="ok", metadata={"k": "v\x00"})
+            ),
+            "document.metadata.k",
+        ),
+        (
+            ingest_pb.BatchCreateDocumentsRequest(
+                namespace="n",
+                documents=[
+                    ingest_pb.DocumentInput(text="fine"),
+                    ingest_pb.DocumentInput(text="\x00"),
+                ],
+            ),
+            "documents[1].text",
+        ),
+        (query_pb.QueryRequest(namespaces=["a", "b\x00"], query="q"), "namespaces[1]"),
+        (
+            reach_pb.SubmitTaskRequest(
+                entity_id="E",
+                actions=[
+                    reach_pb.ActionSpec(name="a", params=_params(order={"lines": ["x", "y\x00"]}))
+                ],
+            ),
+            "actions[0].params.fields.order.struct_value.fields.lines.list_value.values[1]"
+            ".string_value",
+        ),
+    ],
+)
+def test_the_first_string_with_a_nul_is_named(request_message: object, path: str) -> None:
+    assert nul_strings.find(request_message) == path  # type: ignore[arg-type]
+    with pytest.raises(errors.ReachstoreError) as raised:
+        nul_strings.check(request_message)  # type: ignore[arg-type]
+    assert raised.value.code == "INVALID_ARGUMENT"
+    assert path in raised.value.failure.message
+
+
+def test_a_map_key_with_a_nul_is_named_too() -> None:
+    request = ingest_pb.CreateDocumentRequest(
+        namespace="n", document=ingest_pb.DocumentInput(text="ok", metadata={"k\x00": "v"})
+    )
+    assert nul_strings.find(request) == "document.metadata['k\\x00']"
+
+
+def test_requests_without_nul_pass() -> None:
+    request = reach_pb.SubmitTaskRequest(
+        entity_id="E", actions=[reach_pb.ActionSpec(name="a", params=_params(x="плохо 😀", n=1))]
+    )
+    assert nul_strings.find(request) is None
+    nul_strings.check(request)
