@@ -116,6 +116,12 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
 }
 
 
+def process_name() -> str:
+    """How a process names itself when no name is configured (``REACHSTORE_WORKER_ID``):
+    in leases and logs, and in answers that hold per-process figures."""
+    return f"{socket.gethostname()[:40]}-{os.getpid()}"
+
+
 def _int(env: Mapping[str, str], name: str, minimum: int) -> int:
     raw = env.get(name, ENVIRONMENT[name][0])
     try:
@@ -236,8 +242,7 @@ class Settings:
             reach_config=Path(env["REACHSTORE_REACH_CONFIG"])
             if env.get("REACHSTORE_REACH_CONFIG")
             else None,
-            worker_id=env.get("REACHSTORE_WORKER_ID", "")
-            or f"{socket.gethostname()[:40]}-{os.getpid()}",
+            worker_id=env.get("REACHSTORE_WORKER_ID", "") or process_name(),
             metrics_listen=_address(env, "REACHSTORE_METRICS_LISTEN")
             if env.get("REACHSTORE_METRICS_LISTEN")
             else "",

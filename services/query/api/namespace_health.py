@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import os
-import socket
 
 import grpc
 
 from reachstore.query.v1 import query_service_pb2 as pb
 from services.common import errors, names, paging
+from services.common.config import process_name
 from services.common.identity import caller
 from services.common.timefmt import rfc3339
 from services.query.coverage import KEEP_MINUTES, MINUTE_S, CoverageLog
@@ -26,7 +25,7 @@ MIN_WINDOW_S = 60
 MAX_WINDOW_S = KEEP_MINUTES * MINUTE_S
 DEFAULT_WINDOW_S = 3600
 MAX_REASONS = 20
-REPLICA = f"{socket.gethostname()}:{os.getpid()}"
+REPLICA = process_name()
 
 
 class NamespaceHealthCalls:

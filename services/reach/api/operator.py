@@ -10,8 +10,6 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
-import os
-import socket
 import time
 from collections.abc import Callable, Mapping
 
@@ -19,6 +17,7 @@ import grpc
 
 from reachstore.reach.v1 import reach_service_pb2 as pb
 from services.common import errors, names, paging
+from services.common.config import process_name
 from services.common.identity import caller
 from services.common.pii import Masker
 from services.common.timefmt import rfc3339
@@ -40,7 +39,7 @@ _STATE_BY_ENUM = {convert.action_state(name): name for name in st.ACTION_STATES}
 
 def replica_name(worker_id: str = "") -> str:
     """How a reach process names itself in answers that hold per-process figures."""
-    return worker_id or f"{socket.gethostname()}:{os.getpid()}"
+    return worker_id or process_name()
 
 
 class OperatorCalls:
