@@ -11,6 +11,7 @@ leaves every process running for the next.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import itertools
 import threading
@@ -349,9 +350,9 @@ def test_restarting_postgresql_under_load_recovers_by_itself(
         "reach": Load(1, reach_call, deployment.bridge.url),
         "ingest": Load(1, ingest_call, deployment.bridge.url),
     }
-    for load in loads.values():
-        load.__enter__()
-    try:
+    with contextlib.ExitStack() as running:
+        for load in loads.values():
+            running.enter_context(load)
         for load in loads.values():
             load.wait_for_answers(5)
         deployment.postgres.stop("immediate")
@@ -360,9 +361,6 @@ def test_restarting_postgresql_under_load_recovers_by_itself(
         deployment.postgres.start()
         back_at = time.monotonic()
         time.sleep(RECOVERY_LIMIT_S)
-    finally:
-        for load in loads.values():
-            load.__exit__()
     recovery = {name: load.first_ok_after(back_at) for name, load in loads.items()}
     last_error = {
         name: round(load.seen.last_error_at - back_at, 2) if load.seen.errors else None

@@ -42,6 +42,12 @@ def replica_name(worker_id: str = "") -> str:
     return worker_id or process_name()
 
 
+def action_not_found(action_id: str) -> errors.ReachstoreError:
+    return errors.ReachstoreError(
+        errors.ACTION_NOT_FOUND, structured_data={"action_id": action_id[:64]}
+    )
+
+
 class OperatorCalls:
     """ListActions, RecheckAction and GetChannelHealth (operator scope, from the protos)."""
 
@@ -74,13 +80,7 @@ class OperatorCalls:
                 "listing another tenant's actions needs the 'auditor' scope as well",
                 structured_data={"required_scope": "auditor", "field": "tenant"},
             )
-        if len(request.states) > MAX_STATES:
-            raise errors.invalid(
-                "states",
-                f"at most {MAX_STATES} entries",
-                limit=MAX_STATES,
-                actual=len(request.states),
-            )
+        names.check_count(request.states, "states", MAX_STATES)
         wanted = []
         for i, value in enumerate(request.states):
             name = _STATE_BY_ENUM.get(value)
@@ -134,9 +134,7 @@ class OperatorCalls:
             raise errors.invalid("action_id", "is required")
         found = await asyncio.to_thread(self._store.get_action, who.tenant, request.action_id)
         if found is None:
-            raise errors.ReachstoreError(
-                errors.ACTION_NOT_FOUND, structured_data={"action_id": request.action_id[:64]}
-            )
+            raise action_not_found(request.action_id)
         row = found[0]
         if row.state not in st.RESOLVABLE:
             raise errors.ReachstoreError(

@@ -25,7 +25,7 @@ from services.common.timefmt import rfc3339
 from services.common.tracing import trace_from_metadata
 from services.reach import states as st
 from services.reach.api import convert
-from services.reach.api.operator import OperatorCalls, replica_name
+from services.reach.api.operator import OperatorCalls, action_not_found, replica_name
 from services.reach.channels.base import Channel, Outgoing
 from services.reach.config import ReachConfig
 from services.reach.metrics import ReachMetrics
@@ -212,7 +212,7 @@ class ReachServicer(OperatorCalls, pb_grpc.ReachServiceServicer):
             self._store.get_action, caller(context).tenant, request.action_id
         )
         if found is None:
-            raise _action_not_found(request.action_id)
+            raise action_not_found(request.action_id)
         row, receipts, history = found
         failures = convert.reported_failures([row])
         return pb.GetActionResponse(
@@ -253,7 +253,7 @@ class ReachServicer(OperatorCalls, pb_grpc.ReachServiceServicer):
         who = caller(context)
         found = await asyncio.to_thread(self._store.get_action, who.tenant, request.action_id)
         if found is None:
-            raise _action_not_found(request.action_id)
+            raise action_not_found(request.action_id)
         row = found[0]
         cancelled = _cancel_change("cancelled_by_caller", who.key_id)
         if row.state == st.CANCELLED:
@@ -343,7 +343,7 @@ class ReachServicer(OperatorCalls, pb_grpc.ReachServiceServicer):
             raise errors.invalid("note", f"1 to {MAX_NOTE} characters: what was checked")
         found = await asyncio.to_thread(self._store.get_action, who.tenant, request.action_id)
         if found is None:
-            raise _action_not_found(request.action_id)
+            raise action_not_found(request.action_id)
         row = found[0]
         if row.state not in st.RESOLVABLE:
             raise errors.ReachstoreError(
@@ -408,10 +408,4 @@ def _in_flight(action_id: str) -> pf_pb2.PartialFailure:
 def _task_not_found(task_id: str) -> errors.ReachstoreError:
     return errors.ReachstoreError(
         errors.REACH_TASK_NOT_FOUND, structured_data={"task_id": task_id[:64]}
-    )
-
-
-def _action_not_found(action_id: str) -> errors.ReachstoreError:
-    return errors.ReachstoreError(
-        errors.ACTION_NOT_FOUND, structured_data={"action_id": action_id[:64]}
     )
