@@ -16,6 +16,7 @@ from typing import Any
 
 from services.common import names
 from services.common.config_errors import ConfigError
+from services.reach.channels.base import Channel
 from services.reach.constraints import ParamRules
 from services.reach.idempotency import WINDOWS
 from services.reach.policy.backoff import PendingPolicy, PollPolicy, RetryPolicy
@@ -29,6 +30,7 @@ _CHANNEL_KEYS = {
     "side_effect",
     "action_types",
     "idempotent",
+    "receiver_deduplicates",
     "idempotency_params",
     "window",
     "quota_per_second",
@@ -40,7 +42,10 @@ _CHANNEL_KEYS = {
     "pending",
     *KINDS,
 }
-_ENGINE_KEYS = {"workers", "lease_s", "alert_channel"}
+_ENGINE_KEYS = {"workers", "lease_s", "alert_channel", "logical_time_tolerance_s"}
+# A send must end this long before its lease does: the answer is still to be recorded
+# (one transaction) under the same lease. See docs/AT_MOST_ONCE.md.
+LEASE_MARGIN_S = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +61,10 @@ class ChannelConfig:
     # Repeating an action on this channel is harmless, so an ambiguous outcome (a timeout
     # after sending) may be retried; otherwise it becomes UNKNOWN.
     idempotent: bool
+    # The receiver de-duplicates by the idempotency key we send, so re-sending under the
+    # same key is harmless too. Only the configuration can promise this: sending the key
+    # is not the receiver honouring it. Default: it does not.
+    receiver_deduplicates: bool
     idempotency_params: tuple[str, ...]
     window: str
     quota_per_second: float | None
@@ -72,6 +81,12 @@ class ChannelConfig:
         because the receiver may count differently than we do (seed 003, 4.3)."""
         return round(self.quota_per_second * QUOTA_SHARE, 6) if self.quota_per_second else 0.0
 
+    @property
+    def safe_to_resend(self) -> bool:
+        """Whether an action whose send may have arrived can be sent again: only when
+        repeating it is harmless or the receiver drops the repeat."""
+        return self.idempotent or self.receiver_deduplicates
+
 
 @dataclasses.dataclass(frozen=True)
 class ReachConfig:
@@ -79,6 +94,10 @@ class ReachConfig:
     workers: int = 16  # actions one reach process works on at once
     lease_s: float = 30.0  # how long a claimed action stays with its worker
     alert_channel: str = ""  # channel that carries alerts; empty: alerts are only stored
+    # How far a caller's ``logical_time`` may lie from the server's clock: the server owns
+    # the idempotency window, a caller may only name a moment near "now" (a retry that
+    # crosses a window boundary keeps its first moment).
+    logical_time_tolerance_s: float = 300.0
 
 
 def load_config(path: Path | None) -> ReachConfig:
@@ -107,6 +126,9 @@ def parse_config(data: Mapping[str, Any], source: str = "reach config") -> Reach
     }
     workers = _number(engine, "workers", "engine", 16, int)
     lease_s = _number(engine, "lease_s", "engine", 30.0, float)
+    tolerance = _number(engine, "logical_time_tolerance_s", "engine", 300.0, float)
+    if not 0 <= tolerance <= 7 * 86400:
+        raise ConfigError("engine.logical_time_tolerance_s: must be 0 to 604800 seconds")
     if not 1 <= workers <= 1024:
         raise ConfigError("engine.workers: must be 1 to 1024")
     if lease_s < 2:
@@ -114,7 +136,31 @@ def parse_config(data: Mapping[str, Any], source: str = "reach config") -> Reach
     alert = engine.get("alert_channel", "")
     if not isinstance(alert, str) or (alert and alert not in channels):
         raise ConfigError("engine.alert_channel: must name a channel declared in this file")
-    return ReachConfig(channels, workers, lease_s, alert)
+    return ReachConfig(channels, workers, lease_s, alert, tolerance)
+
+
+def check_channels(config: ReachConfig, channels: Mapping[str, Channel]) -> None:
+    """The checks that need the built channels (``main`` runs them before serving):
+
+    - every send ends ``LEASE_MARGIN_S`` before its lease does, since a send that outlived
+      its lease would be taken over while still in flight;
+    - a receiver said to de-duplicate is sent the key it would de-duplicate by.
+    """
+    room = config.lease_s - LEASE_MARGIN_S
+    for name, cfg in sorted(config.channels.items()):
+        channel = channels[name]
+        what, seconds = channel.send_deadline()
+        if seconds > room:
+            raise ConfigError(
+                f"channels.{name}.{cfg.kind}: a send may take {seconds:g} s ({what}), which "
+                f"must be at most engine.lease_s ({config.lease_s:g} s) minus "
+                f"{LEASE_MARGIN_S:g} s; shorten the timeouts or lengthen the lease"
+            )
+        if cfg.receiver_deduplicates and not channel.sends_idempotency_key:
+            raise ConfigError(
+                f"channels.{name}.receiver_deduplicates: the channel does not send the "
+                "idempotency key, so the receiver cannot de-duplicate by it"
+            )
 
 
 def _channel(name: str, table: Mapping[str, Any]) -> ChannelConfig:
@@ -146,6 +192,9 @@ def _channel(name: str, table: Mapping[str, Any]) -> ChannelConfig:
     idempotent = table.get("idempotent", False)
     if not isinstance(idempotent, bool):
         raise ConfigError(f"{where}.idempotent: must be true or false")
+    deduplicates = table.get("receiver_deduplicates", False)
+    if not isinstance(deduplicates, bool):
+        raise ConfigError(f"{where}.receiver_deduplicates: must be true or false")
     rules = table.get("rules", [])
     if not isinstance(rules, list):
         raise ConfigError(f"{where}.rules: must be an array of tables ([[{where}.rules]])")
@@ -157,6 +206,7 @@ def _channel(name: str, table: Mapping[str, Any]) -> ChannelConfig:
         or f"Sends to a system outside reachstore through {kind}; it cannot be undone here.",
         action_types=action_types,
         idempotent=idempotent,
+        receiver_deduplicates=deduplicates,
         idempotency_params=_strings(table, "idempotency_params", where),
         window=window,
         quota_per_second=float(quota) if quota is not None else None,

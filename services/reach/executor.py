@@ -2,17 +2,26 @@
 
 One step per claim, decided by the action's state:
 
-- READY: ask the channel's circuit breaker and token bucket, mark the action SUBMITTING
-  (committed before anything is sent: a worker that dies from here on leaves a trace),
-  send once, and record what came back — succeeded, pending, a retry at a computed time,
-  UNKNOWN (an ambiguous outcome on a channel where re-sending is not known to be harmless),
-  or failed.
+- READY: ask the channel's circuit breaker, wait (taking nothing) until the token bucket
+  has a token, mark the action SUBMITTING under a lease that has not run out by the
+  database's clock (committed before anything is sent: a worker that dies from here on
+  leaves a trace), take the token, check that the send fits in what is left of the lease,
+  send once under one overall deadline, and record what came back — succeeded, pending, a
+  retry at a computed time, UNKNOWN (an ambiguous outcome on a channel where re-sending is
+  not known to be harmless, or a final failure after any ambiguous send), or failed.
 - PENDING: look the outcome up; past the channel's stall timeout it becomes UNKNOWN.
 - UNKNOWN: look it up again with exponential backoff; after the configured number of
   tries it goes to NEEDS_REVIEW for a person (``ResolveAction``).
-- SUBMITTING (its lease ran out: the worker died mid-send): re-send with the same key only
-  where the receiver honours idempotency keys or the action type is idempotent; otherwise
-  UNKNOWN. Never a blind re-send.
+- SUBMITTING (its lease ran out: the worker died or stalled mid-send): re-send with the
+  same key only where the channel's config says the receiver de-duplicates by it or the
+  action type is idempotent, and only within the retry budget; otherwise UNKNOWN. Never a
+  blind re-send.
+
+A send never outlives its lease: the configuration refuses a channel whose send deadline
+does not end ``LEASE_MARGIN_S`` before the lease (``config.check_channels``), the mark
+that precedes a send renews the lease by the database's clock, and the worker measures
+the time since on its monotonic clock before it sends. docs/AT_MOST_ONCE.md has the whole
+argument.
 
 Retries, breakers and rate limits are the executor's, the same for every channel; the
 channels only speak their protocols and classify answers (``channels/base.py``).
@@ -28,10 +37,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from services.common import errors
+from services.common import database_errors, errors
 from services.reach import states as st
 from services.reach.channels.base import Answer, Channel, ChannelError, Outgoing, Status
-from services.reach.config import ChannelConfig, ReachConfig
+from services.reach.config import LEASE_MARGIN_S, ChannelConfig, ReachConfig
 from services.reach.metrics import BREAKER_VALUES, ReachMetrics
 from services.reach.policy.breaker import CircuitBreaker
 from services.reach.policy.bucket import SendBucket, TokenBucket
@@ -45,8 +54,12 @@ log = logging.getLogger(__name__)
 IDLE_POLL_SECONDS = 0.2
 ALERT_SWEEP_SECONDS = 10.0
 ALERT_MAX_ATTEMPTS = 5
+ALERT_BATCH = 50  # alerts one sweep delivers at most
 # Breaker outcomes: these categories say the receiver (or the way to it) is unwell.
 _UNHEALTHY = frozenset({"transient", "timeout", "quota", "auth"})
+# How long a worker keeps trying to record an answer while the database is away: the
+# answer is the one thing that cannot be had again.
+RECORD_PATIENCE_S = 30.0
 
 
 class Executor:
@@ -74,6 +87,9 @@ class Executor:
         self._rng = rng or random.Random()
         self._wake = asyncio.Event()
         self._alert_lock = asyncio.Lock()
+        # One action per channel at a time between "a token is there" and taking it, so
+        # that this process's actions do not all mark themselves for the same token.
+        self._token_locks = {name: asyncio.Lock() for name in config.channels}
         self.breakers = {
             name: CircuitBreaker.from_policy(cfg.breaker, on_change=self._breaker_changed(name))
             for name, cfg in config.channels.items()
@@ -113,7 +129,7 @@ class Executor:
                 if free > 0:
                     try:
                         claims = await asyncio.to_thread(
-                            self._store.claim, self._worker, free, time.time(), self._config.lease_s
+                            self._store.claim, self._worker, free, self._config.lease_s
                         )
                     except Exception:  # noqa: BLE001 - the store may be restarting; try again
                         log.exception("claiming due actions failed")
@@ -162,42 +178,50 @@ class Executor:
         if wait > 0:
             await self._settle(
                 claim,
-                Change(
-                    st.READY,
-                    "breaker_open",
-                    {"retry_in_s": round(wait, 3)},
-                    next_at=time.time() + wait,
-                ),
+                Change(st.READY, "breaker_open", {"retry_in_s": round(wait, 3)}, due_in=wait),
             )
             return
-        waited = 0.0
+        what, deadline = channel.send_deadline()
         bucket = self._buckets.get(claim.channel)
-        if bucket is not None:
-            waited = await bucket.acquire()
-            self._metrics.limiter_wait.labels(claim.channel).observe(waited)
-        attempt = claim.attempts + 1
-        marked = await self._settle(
-            claim,
-            Change(
-                st.SUBMITTING,
-                "sending",
-                {"attempt": attempt, "limiter_wait_s": round(waited, 3)},
-                next_at=time.time() + self._config.lease_s,
-                add_attempt=True,
-                keep_lease=True,
-            ),
-        )
-        if not marked.applied:
+        if bucket is None:
+            marked_at = await self._mark_sending(claim)
+            waited = 0.0
+        else:
+            async with self._token_locks[claim.channel]:
+                marked_at, waited = await self._mark_with_token(claim, bucket)
+        if marked_at is None:
             breaker.record(True)  # the permit was not used; do not count it against the receiver
             return
+        # The lease runs until at least marked_at + lease_s (it was renewed by the
+        # database after marked_at). A worker that stalled since (paused, starved) must
+        # not start a send that could outlive it: the action goes back, nothing was sent.
+        if not self._send_fits(marked_at, deadline):
+            breaker.record(True)
+            await self._settle(claim, Change(st.READY, "lease_too_short_to_send", due_in=0.0))
+            return
+        attempt = claim.attempts + 1
         self._metrics.sends.labels(claim.channel).inc()
+        if waited:
+            self._metrics.limiter_wait.labels(claim.channel).observe(waited)
         outgoing = _outgoing(claim)
         started = time.monotonic()
         try:
-            answer = await channel.submit(outgoing)
+            async with asyncio.timeout(deadline):
+                answer = await channel.submit(outgoing)
         except ChannelError as exc:
             breaker.record(exc.category not in _UNHEALTHY and exc.business)
-            await self._send_failed(claim, cfg, channel, exc, attempt)
+            await self._send_failed(claim, cfg, exc, attempt)
+            return
+        except TimeoutError:
+            breaker.record(False)
+            late = ChannelError(
+                "timeout",
+                "RECEIVER_TIMEOUT",
+                f"no complete answer within the send deadline of {deadline:g} s ({what})",
+                ambiguous=True,
+                duration_ms=int((time.monotonic() - started) * 1000),
+            )
+            await self._send_failed(claim, cfg, late, attempt)
             return
         except Exception as exc:  # noqa: BLE001 - a channel bug: treat as a lost connection
             log.exception("channel %s raised on submit", claim.channel)
@@ -209,7 +233,7 @@ class Executor:
                 ambiguous=True,
                 duration_ms=int((time.monotonic() - started) * 1000),
             )
-            await self._send_failed(claim, cfg, channel, lost, attempt)
+            await self._send_failed(claim, cfg, lost, attempt)
             return
         breaker.record(True)
         receipt = self._receipt(attempt, "submit", answer)
@@ -221,26 +245,89 @@ class Executor:
                     "receiver_confirmed",
                     external_id=answer.external_id,
                     receipt=receipt,
+                    add_attempt=True,
                 ),
             )
         elif answer.status == Status.PENDING:
-            now = time.time()
             await self._settle(
                 claim,
                 Change(
                     st.PENDING,
                     "receiver_accepted",
-                    next_at=now + cfg.pending.poll_interval_s,
+                    due_in=cfg.pending.poll_interval_s,
                     external_id=answer.external_id,
-                    accepted_at=now,
+                    accepted=True,
                     receipt=receipt,
+                    add_attempt=True,
                 ),
             )
         else:  # a channel must not answer FAILED/UNKNOWN to a submit; be safe anyway
-            await self._to_unknown(claim, cfg, "ambiguous_outcome", answer.detail, receipt)
+            await self._to_unknown(
+                claim, cfg, "ambiguous_outcome", answer.detail, receipt, sent=True, ambiguous=True
+            )
+
+    def _send_fits(self, leased_at: float, deadline: float) -> bool:
+        """Whether a send of at most ``deadline`` seconds started now ends inside a lease
+        taken at ``leased_at`` (monotonic), with room left to record its answer. The
+        configuration leaves ``LEASE_MARGIN_S``; a worker may lose half of it between
+        taking the lease and sending (a slow commit, a busy loop), not more."""
+        used = time.monotonic() - leased_at
+        return used + deadline + LEASE_MARGIN_S / 2 <= self._config.lease_s
+
+    async def _mark_sending(self, claim: Claim) -> float | None:
+        """Marks the action SUBMITTING, renewing its lease by the database's clock, if the
+        lease is still this worker's and has not run out. Answers the monotonic time taken
+        just before (the lease lasts at least ``lease_s`` from then), or None."""
+        marked_at = time.monotonic()
+        marked = await self._settle(
+            claim,
+            Change(
+                st.SUBMITTING,
+                "sending",
+                {"attempt": claim.attempts + 1},
+                due_in=self._config.lease_s,
+                keep_lease=True,
+                live_lease=True,
+            ),
+        )
+        return marked_at if marked.applied else None
+
+    async def _mark_with_token(
+        self, claim: Claim, bucket: SendBucket
+    ) -> tuple[float | None, float]:
+        """Waits, taking nothing, until the bucket has a token (or gives the action back to
+        the queue when the wait would not fit in the lease), marks the action SUBMITTING,
+        and only then takes the token: a lost lease or a long wait spends none. Answers
+        (when marked, as ``_mark_sending``, or None; seconds waited)."""
+        started = time.monotonic()
+        while True:
+            wait = await bucket.ready_in()
+            if wait <= 0:
+                break
+            # The claim's lease must still be live when the mark renews it.
+            if time.monotonic() - claim.mono + wait > self._config.lease_s - LEASE_MARGIN_S:
+                await self._settle(
+                    claim,
+                    Change(
+                        st.READY, "rate_limit_wait", {"retry_in_s": round(wait, 3)}, due_in=wait
+                    ),
+                )
+                return None, 0.0
+            await asyncio.sleep(wait)
+        marked_at = await self._mark_sending(claim)
+        if marked_at is None:
+            return None, 0.0
+        wait = await bucket.try_take()
+        if wait > 0:  # another worker took this token: back to the queue, nothing sent
+            await self._settle(
+                claim,
+                Change(st.READY, "rate_limit_wait", {"retry_in_s": round(wait, 3)}, due_in=wait),
+            )
+            return None, 0.0
+        return marked_at, time.monotonic() - started
 
     async def _send_failed(
-        self, claim: Claim, cfg: ChannelConfig, channel: Channel, exc: ChannelError, attempt: int
+        self, claim: Claim, cfg: ChannelConfig, exc: ChannelError, attempt: int
     ) -> None:
         receipt = Receipt(
             attempt,
@@ -252,13 +339,18 @@ class Executor:
         )
         kind = "business" if exc.business else "technical"
         message = self._mask(exc.message)
-        if exc.ambiguous and not _safe_to_resend(cfg, channel):
+        if exc.ambiguous and not cfg.safe_to_resend:
             await self._to_unknown(
-                claim, cfg, "ambiguous_outcome", f"{exc.code}: {message}", receipt
+                claim,
+                cfg,
+                "ambiguous_outcome",
+                f"{exc.code}: {message}",
+                receipt,
+                sent=True,
+                ambiguous=True,
             )
             return
-        now = time.time()
-        elapsed = now - (claim.first_sent_at or now)
+        elapsed = claim.now() - (claim.first_sent_at or claim.now())
         failure: dict[str, Any] = {
             "code": exc.code,
             "message": message,
@@ -276,7 +368,15 @@ class Executor:
                     "retry_after_s": exc.retry_after_s,
                 }
                 await self._retry_later(
-                    claim, "rate_limited", delay, details, failure, kind, receipt, rate_limited=True
+                    claim,
+                    "rate_limited",
+                    delay,
+                    details,
+                    failure,
+                    kind,
+                    receipt,
+                    exc,
+                    rate_limited=True,
                 )
                 return
             reason = "rate_limited_too_often"
@@ -287,12 +387,25 @@ class Executor:
                 self._metrics.retries.labels(claim.channel, "transient").inc()
                 details = {"retry_in_s": round(delay, 3), "code": exc.code}
                 await self._retry_later(
-                    claim, "retry_scheduled", delay, details, failure, kind, receipt
+                    claim, "retry_scheduled", delay, details, failure, kind, receipt, exc
                 )
                 return
             reason = "retries_exhausted"
         else:
             reason = "rejected"
+        if exc.ambiguous or claim.ambiguous_sends:
+            # An earlier (or this) send may have taken effect: "failed" would say it did
+            # not, and whoever reads it would do it again another way.
+            await self._to_unknown(
+                claim,
+                cfg,
+                "outcome_uncertain",
+                f"{reason} after a send whose outcome is unknown; last: {exc.code}: {message}",
+                receipt,
+                sent=True,
+                ambiguous=exc.ambiguous,
+            )
+            return
         failure["data"]["final"] = True
         await self._settle(
             claim,
@@ -303,6 +416,7 @@ class Executor:
                 failure=failure,
                 failure_kind=kind,
                 receipt=receipt,
+                add_attempt=True,
             ),
         )
 
@@ -315,6 +429,7 @@ class Executor:
         failure: dict[str, Any],
         kind: str,
         receipt: Receipt,
+        exc: ChannelError,
         rate_limited: bool = False,
     ) -> None:
         """Back to READY, due after ``delay``; the failure says when, for the caller."""
@@ -325,10 +440,12 @@ class Executor:
                 st.READY,
                 reason,
                 details,
-                next_at=time.time() + delay,
+                due_in=delay,
                 failure=failure,
                 failure_kind=kind,
                 receipt=receipt,
+                add_attempt=True,
+                add_ambiguous=exc.ambiguous,
                 add_rate_limited=rate_limited,
             ),
         )
@@ -336,23 +453,41 @@ class Executor:
     # --- SUBMITTING whose lease ran out ----------------------------------------------------
 
     async def _lost_send(self, claim: Claim, cfg: ChannelConfig, channel: Channel) -> None:
-        if _safe_to_resend(cfg, channel):
+        """The worker that marked this action stopped before recording an answer (it died,
+        or stalled past its lease): the send may have gone out."""
+        why = "the worker sending it stopped before recording the answer"
+        retries = claim.attempts - claim.rate_limited  # the lost send is this many-th retry
+        elapsed = claim.now() - (claim.first_sent_at or claim.now())
+        if cfg.safe_to_resend and cfg.retry.should_retry(retries, elapsed, 0.0):
             self._metrics.retries.labels(claim.channel, "resend").inc()
             await self._settle(
-                claim, Change(st.READY, "worker_lost_resending", next_at=time.time())
+                claim,
+                Change(
+                    st.READY,
+                    "worker_lost_resending",
+                    due_in=0.0,
+                    add_attempt=True,
+                    add_ambiguous=True,
+                ),
             )
-        else:
+        elif cfg.safe_to_resend:
             await self._to_unknown(
                 claim,
                 cfg,
-                "worker_lost_mid_send",
-                "the worker sending it stopped before recording the answer",
+                "outcome_uncertain",
+                f"{why}, and no retries are left",
+                sent=True,
+                ambiguous=True,
+            )
+        else:
+            await self._to_unknown(
+                claim, cfg, "worker_lost_mid_send", why, sent=True, ambiguous=True
             )
 
     # --- PENDING and UNKNOWN: look the outcome up -----------------------------------------
 
     async def _check_pending(self, claim: Claim, cfg: ChannelConfig, channel: Channel) -> None:
-        now = time.time()
+        now = claim.now()
         if claim.accepted_at is not None and cfg.pending.stalled(now - claim.accepted_at):
             await self._to_unknown(
                 claim,
@@ -369,7 +504,7 @@ class Executor:
                 Change(
                     st.PENDING,
                     "still_pending",
-                    next_at=now + cfg.pending.poll_interval_s,
+                    due_in=cfg.pending.poll_interval_s,
                     add_poll=True,
                 ),
             )
@@ -386,7 +521,7 @@ class Executor:
             await self._settle_by_lookup(claim, answer)
 
     async def _recheck_unknown(self, claim: Claim, cfg: ChannelConfig, channel: Channel) -> None:
-        now = time.time()
+        now = claim.now()
         if not channel.can_poll:
             await self._to_review(claim, "cannot_look_up", "the channel has no status look-up")
             return
@@ -401,8 +536,8 @@ class Executor:
                 Change(
                     st.PENDING,
                     "receiver_pending",
-                    next_at=now + cfg.pending.poll_interval_s,
-                    accepted_at=now,
+                    due_in=cfg.pending.poll_interval_s,
+                    accepted=True,
                     add_poll=True,
                     receipt=receipt,
                 ),
@@ -421,7 +556,7 @@ class Executor:
                     st.UNKNOWN,
                     "recheck_scheduled",
                     {"retry_in_s": round(delay, 3), "lookups": tries},
-                    next_at=now + delay,
+                    due_in=delay,
                     add_poll=True,
                     add_unknown_poll=True,
                     receipt=receipt,
@@ -472,7 +607,10 @@ class Executor:
         receipt: Receipt | None = None,
         code: str = errors.OUTCOME_UNKNOWN.code,
         add_poll: bool = False,
+        sent: bool = False,
+        ambiguous: bool = False,
     ) -> None:
+        """``sent``: this step made a send attempt; ``ambiguous``: whose outcome is unknown."""
         delay = cfg.unknown.delay(0, self._rng)
         failure = {
             "code": code,
@@ -486,11 +624,13 @@ class Executor:
                 st.UNKNOWN,
                 reason,
                 {"recheck_in_s": round(delay, 3)},
-                next_at=time.time() + delay,
+                due_in=delay,
                 failure=failure,
                 failure_kind="technical",
                 receipt=receipt,
                 add_poll=add_poll,
+                add_attempt=sent,
+                add_ambiguous=ambiguous,
             ),
         )
 
@@ -511,7 +651,7 @@ class Executor:
 
     async def _channel_gone(self, claim: Claim) -> None:
         """The action's channel was removed from the configuration."""
-        if claim.state == st.READY:
+        if claim.state == st.READY and not claim.ambiguous_sends:
             failure = {
                 "code": errors.CHANNEL_NOT_ALLOWED.code,
                 "message": f"channel {claim.channel!r} is no longer configured",
@@ -521,12 +661,32 @@ class Executor:
                 claim,
                 Change(st.FAILED, "channel_removed", failure=failure, failure_kind="technical"),
             )
-        else:  # it may have been sent: only a person can tell
+        else:  # it may have been sent (now, or by an earlier attempt): only a person can tell
             await self._to_review(claim, "channel_removed", "its channel is no longer configured")
 
     # --- writing ---------------------------------------------------------------------------
 
     async def _settle(self, claim: Claim, change: Change) -> Settled:
+        """Settles a change, trying again while the database is away: a receiver's answer
+        cannot be had again. The lease still fences it, so an answer that comes too late
+        for its lease loses to whoever took the action over."""
+        give_up = time.monotonic() + RECORD_PATIENCE_S
+        pause = 0.1
+        while True:
+            try:
+                return await self._settle_once(claim, change)
+            except Exception as exc:  # noqa: BLE001 - filtered just below
+                if not database_errors.is_transient(exc) or time.monotonic() + pause > give_up:
+                    raise
+                log.warning(
+                    "recording a change of action %s failed (%s); trying again",
+                    claim.action_id,
+                    type(exc).__name__,
+                )
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 2.0)
+
+    async def _settle_once(self, claim: Claim, change: Change) -> Settled:
         settled = await asyncio.to_thread(self._store.settle, claim, change)
         if not settled.applied:
             log.warning("lost the lease of action %s; its new owner decides", claim.action_id)
@@ -588,44 +748,63 @@ class Executor:
 
     async def _deliver_pending_alerts(self) -> None:
         channel = self._channels[self._config.alert_channel]
-        try:
-            pending = await asyncio.to_thread(
-                self._store.undelivered_alerts, 50, ALERT_MAX_ATTEMPTS
-            )
-        except Exception:  # noqa: BLE001 - retried on the next sweep
-            log.exception("reading undelivered alerts failed")
-            return
-        for alert in pending:
-            params: dict[str, Any] = {
-                "kind": alert.kind,
-                "tenant": alert.tenant,
-                "task_id": alert.task_id,
-                "action_id": alert.action_id,
-                "message": alert.message,
-            }
-            outgoing = Outgoing(
-                action_id=f"alert-{alert.id}",
-                idempotency_key=f"reachstore-alert-{alert.id}",
-                action_type="alert",
-                params=params,
-                trace_id=secrets.token_hex(16),
-                tenant=alert.tenant,
-                entity_id=alert.task_id,
-            )
+        _, deadline = channel.send_deadline()
+        for _ in range(ALERT_BATCH):
+            # One at a time, each under a claim of its own, so no other worker delivers it
+            # and its send fits in the claim like an action's fits in its lease.
+            claimed_at = time.monotonic()
             try:
+                claimed = await asyncio.to_thread(
+                    self._store.claim_alerts,
+                    self._worker,
+                    1,
+                    ALERT_MAX_ATTEMPTS,
+                    self._config.lease_s,
+                )
+            except Exception:  # noqa: BLE001 - retried on the next sweep
+                log.exception("claiming undelivered alerts failed")
+                return
+            if not claimed:
+                return
+            alert = claimed[0]
+            if not self._send_fits(claimed_at, deadline):
+                return  # stalled since the claim: it runs out and the alert is taken again
+            ok, error = await self._deliver_alert(channel, alert, deadline)
+            try:
+                await asyncio.to_thread(self._store.mark_alert, alert, ok, self._mask(error))
+            except Exception:  # noqa: BLE001 - the claim runs out; delivered again later
+                log.exception("recording the delivery of alert %s failed", alert.id)
+                return
+
+    async def _deliver_alert(
+        self, channel: Channel, alert: Any, deadline: float
+    ) -> tuple[bool, str]:
+        params: dict[str, Any] = {
+            "kind": alert.kind,
+            "tenant": alert.tenant,
+            "task_id": alert.task_id,
+            "action_id": alert.action_id,
+            "message": alert.message,
+        }
+        outgoing = Outgoing(
+            action_id=f"alert-{alert.id}",
+            idempotency_key=f"reachstore-alert-{alert.id}",
+            action_type="alert",
+            params=params,
+            trace_id=secrets.token_hex(16),
+            tenant=alert.tenant,
+            entity_id=alert.task_id,
+        )
+        try:
+            async with asyncio.timeout(deadline):
                 await channel.submit(outgoing)
-                ok, error = True, ""
-            except ChannelError as exc:
-                ok, error = False, f"{exc.code}: {exc.message}"
-            except Exception as exc:  # noqa: BLE001
-                ok, error = False, type(exc).__name__
-            await asyncio.to_thread(self._store.mark_alert, alert.id, ok, self._mask(error))
-
-
-def _safe_to_resend(cfg: ChannelConfig, channel: Channel) -> bool:
-    """Re-sending after an ambiguous outcome is harmless when the action type is declared
-    idempotent or the receiver de-duplicates by our idempotency key."""
-    return cfg.idempotent or channel.honours_idempotency_key
+            return True, ""
+        except ChannelError as exc:
+            return False, f"{exc.code}: {exc.message}"
+        except TimeoutError:
+            return False, f"no answer within {deadline:g} s"
+        except Exception as exc:  # noqa: BLE001
+            return False, type(exc).__name__
 
 
 def _outgoing(claim: Claim) -> Outgoing:

@@ -19,6 +19,7 @@ import hashlib
 import json
 import math
 import re
+import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, unquote
@@ -60,8 +61,10 @@ def params_digest(params: Mapping[str, Any], whitelist: Sequence[str]) -> str:
     Each whitelist entry is a dotted path into nested objects (``recipient.email``); a path
     the parameters lack is left out, which differs from a path whose value is null. A path
     cannot reach a key that itself contains a dot. An empty whitelist means every parameter.
-    Canonical means: keys sorted, no whitespace, UTF-8, and integral numbers written as
-    integers, since parameters arrive as protobuf Struct values, where 3 is 3.0. Accepts
+    Canonical means: keys sorted, no whitespace, UTF-8, strings and keys in Unicode NFC
+    (so "é" typed as one code point or as e + combining accent is one parameter), and
+    integral numbers written as integers, since parameters arrive as protobuf Struct
+    values, where 3 is 3.0. Accepts
     plain JSON-like values and Struct/ListValue alike; NaN, infinities and other types are
     refused (ValueError, TypeError).
     """
@@ -92,8 +95,10 @@ def _lookup(params: Mapping[str, Any], path: str) -> Any:
 
 def _canonical(value: Any, path: str) -> Any:
     """``value`` as plain JSON types, numbers normalised; ``path`` names it in errors."""
-    if value is None or isinstance(value, bool | str):
+    if value is None or isinstance(value, bool):
         return value
+    if isinstance(value, str):
+        return unicodedata.normalize("NFC", value)
     if isinstance(value, int):
         return value
     if isinstance(value, float):
@@ -105,7 +110,12 @@ def _canonical(value: Any, path: str) -> Any:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise TypeError(f"parameter {path or '.'} has a non-string key {key!r}")
-            out[key] = _canonical(item, f"{path}.{key}" if path else key)
+            name = unicodedata.normalize("NFC", key)
+            if name in out:
+                raise ValueError(
+                    f"parameter {path or '.'} has two keys that are one in NFC: {name!r}"
+                )
+            out[name] = _canonical(item, f"{path}.{key}" if path else key)
         return out
     if isinstance(value, Sequence) and not isinstance(value, bytes | bytearray):
         return [_canonical(item, f"{path}[{i}]") for i, item in enumerate(value)]
@@ -172,5 +182,9 @@ def build_key(
     """The key of ``action_type`` on ``entity_id`` for ``tenant`` with these parameters, in
     the ``window`` (one of ``WINDOWS``) that ``at`` falls in."""
     return IdempotencyKey(
-        tenant, entity_id, action_type, params_digest(params, whitelist), window_bucket(at, window)
+        tenant,
+        unicodedata.normalize("NFC", entity_id),
+        action_type,
+        params_digest(params, whitelist),
+        window_bucket(at, window),
     )

@@ -19,7 +19,7 @@ from services.common.runner import serve
 from services.reach.api.servicer import ReachServicer
 from services.reach.channels import build_channel
 from services.reach.channels.base import SNIPPET_CHARS, Channel
-from services.reach.config import ReachConfig, load_config
+from services.reach.config import ReachConfig, check_channels, load_config
 from services.reach.executor import Executor
 from services.reach.metrics import ReachMetrics
 from services.reach.policy.shared_bucket import shared_buckets
@@ -34,10 +34,13 @@ log = logging.getLogger(__name__)
 
 
 def build_channels(config: ReachConfig) -> dict[str, Channel]:
-    return {
+    """Every configured channel, checked against the engine's lease (``check_channels``)."""
+    channels: dict[str, Channel] = {
         name: build_channel(cfg.kind, cfg.options, f"channels.{name}.{cfg.kind}", os.environ)
         for name, cfg in config.channels.items()
     }
+    check_channels(config, channels)
+    return channels
 
 
 async def _run(settings: Settings, config: ReachConfig, channels: dict[str, Channel]) -> None:

@@ -73,7 +73,7 @@ def plan_task(
     """The reservable plan, or a ``ReachstoreError`` naming every problem."""
     entity = _printable("entity_id", spec.entity_id, required=True)
     caller_key = _printable("idempotency_key", spec.idempotency_key, required=False)
-    logical_time = _logical_time(spec.logical_time, now)
+    logical_time = _logical_time(spec.logical_time, now, config.logical_time_tolerance_s)
     trace_id = _trace_id(spec.trace_id, metadata_trace)
     if not spec.actions:
         raise errors.invalid("actions", f"list 1 to {MAX_ACTIONS} actions")
@@ -94,15 +94,19 @@ def plan_task(
         if len(problems) > before:
             continue
         cfg = config.channels[action.channel]
-        key = build_key(
-            caller.tenant,
-            entity,
-            action.action_type,
-            action.params,
-            cfg.idempotency_params,
-            logical_time,
-            cfg.window,
-        )
+        try:
+            key = build_key(
+                caller.tenant,
+                entity,
+                action.action_type,
+                action.params,
+                cfg.idempotency_params,
+                logical_time,
+                cfg.window,
+            )
+        except (ValueError, TypeError) as exc:  # a value a key cannot hold (NaN, NFC twins)
+            problems.append(_Problem(i, action.name, "params", str(exc)))
+            continue
         text = str(key)
         if text in seen_keys:
             problems.append(
@@ -285,7 +289,12 @@ def _printable(field: str, value: str, required: bool) -> str:
     return value
 
 
-def _logical_time(text: str, now: dt.datetime) -> dt.datetime:
+def _logical_time(text: str, now: dt.datetime, tolerance_s: float) -> dt.datetime:
+    """The moment whose window keys the actions: the server's clock, or the caller's
+    ``logical_time`` when it lies within ``tolerance_s`` of it. The server owns the window:
+    a caller that could name any moment could mint a fresh key (and a second send) for the
+    same action by naming another day; within the tolerance a retry that crosses a window
+    boundary still names the first attempt's moment and keeps its key."""
     if not text:
         return now
     try:
@@ -296,6 +305,14 @@ def _logical_time(text: str, now: dt.datetime) -> dt.datetime:
         ) from None
     if value.tzinfo is None:
         raise errors.invalid("logical_time", "needs an offset (Z or ±hh:mm)")
+    off = (value - now).total_seconds()
+    if abs(off) > tolerance_s:
+        raise errors.invalid(
+            "logical_time",
+            f"must lie within {tolerance_s:g} s of the server's clock "
+            f"({now.isoformat().replace('+00:00', 'Z')}; this one is {off:+.0f} s off); "
+            "leave it out to use the server's clock",
+        )
     return value.astimezone(dt.UTC)
 
 

@@ -33,6 +33,7 @@ from services.common import errors
 from services.common.pii import Masker
 from services.common.timefmt import rfc3339
 from services.reach import states as st
+from services.storage.clock import db_clock
 from services.storage.models import utcnow
 from services.storage.reach_models import (
     ReachActionRow,
@@ -97,6 +98,14 @@ class Claim:
     accepted_at: float | None
     created_at: float
     lease: str
+    ambiguous_sends: int = 0
+    db_now: float = 0.0  # the database's clock when the claim was made
+    mono: float = 0.0  # this process's monotonic clock at the same moment
+
+    def now(self) -> float:
+        """The database's clock now, as well as this worker can tell without asking: the
+        claim's reading plus the monotonic time since (immune to a skewed wall clock)."""
+        return self.db_now + time.monotonic() - self.mono
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,7 +126,8 @@ class Change:
     to_state: str
     reason: str
     details: dict[str, Any] = dataclasses.field(default_factory=dict)
-    next_at: float | None = None
+    # Due again this many seconds from now by the database's clock; None: not due.
+    due_in: float | None = None
     external_id: str | None = None
     failure: dict[str, Any] | None = None  # code, message, retry_after_ms, data
     failure_kind: str = ""
@@ -126,9 +136,13 @@ class Change:
     add_rate_limited: bool = False
     add_poll: bool = False
     add_unknown_poll: bool = False
-    accepted_at: float | None = None
+    add_ambiguous: bool = False  # this send's outcome is unknown (it may have arrived)
+    accepted: bool = False  # the receiver accepted it now: PENDING's stall clock starts
     resolution: dict[str, Any] | None = None
     keep_lease: bool = False  # the worker goes on with the action (e.g. after marking it sent)
+    # Applies only while the lease has not run out by the database's clock: the mark made
+    # right before a send, so that a worker paused past its lease never starts one.
+    live_lease: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -238,7 +252,6 @@ class ReachStore:
 
     def _insert(self, plan: TaskPlan) -> Reserved:
         now = utcnow()
-        due = time.time()
         task = ReachTaskRow(
             task_id=new_id(),
             tenant=plan.tenant,
@@ -268,7 +281,6 @@ class ReachStore:
                 idem_key=a.idem_key,
                 window=a.window,
                 state=st.BLOCKED if a.depends_on else st.READY,
-                next_at=None if a.depends_on else due,
                 lease_owner="",
                 created_at=now,
                 updated_at=now,
@@ -276,6 +288,9 @@ class ReachStore:
             for i, a in enumerate(plan.actions)
         ]
         with self._sessions.begin() as session:
+            due = db_clock(session)
+            for row in actions:
+                row.next_at = None if row.state == st.BLOCKED else due
             session.add(task)
             session.flush()  # the task row first: actions reference it
             session.add_all(actions)
@@ -388,31 +403,56 @@ class ReachStore:
                 stmt = stmt.where(ReachAlertRow.tenant == tenant)
             return list(session.scalars(stmt))
 
-    def undelivered_alerts(self, limit: int, max_attempts: int) -> list[ReachAlertRow]:
-        with self._sessions() as session:
+    def claim_alerts(
+        self, worker: str, limit: int, max_attempts: int, hold_s: float
+    ) -> list[ReachAlertRow]:
+        """Takes up to ``limit`` undelivered alerts for ``hold_s`` seconds (database clock)
+        so that one worker delivers each; a claim whose worker died runs out and the alert
+        is taken up again (an alert may then arrive twice, never not at all)."""
+        with self._sessions.begin() as session:
+            now = db_clock(session)
+            free = (
+                select(ReachAlertRow.id)
+                .where(
+                    ReachAlertRow.delivered.is_(False),
+                    ReachAlertRow.delivery_attempts < max_attempts,
+                    (ReachAlertRow.claimed_until.is_(None)) | (ReachAlertRow.claimed_until <= now),
+                )
+                .order_by(ReachAlertRow.id)
+                .limit(limit)
+                .with_for_update(skip_locked=True)
+            )
+            owner = f"{worker}:{secrets.token_hex(6)}"[:64]
+            session.execute(
+                update(ReachAlertRow)
+                .where(ReachAlertRow.id.in_(free.scalar_subquery()))
+                .values(claim_owner=owner, claimed_until=now + hold_s)
+                .execution_options(synchronize_session=False)
+            )
             return list(
                 session.scalars(
                     select(ReachAlertRow)
-                    .where(
-                        ReachAlertRow.delivered.is_(False),
-                        ReachAlertRow.delivery_attempts < max_attempts,
-                    )
+                    .where(ReachAlertRow.claim_owner == owner)
                     .order_by(ReachAlertRow.id)
-                    .limit(limit)
                 )
             )
 
-    def mark_alert(self, alert_id: int, delivered: bool, error: str) -> None:
+    def mark_alert(self, alert: ReachAlertRow, delivered: bool, error: str) -> bool:
+        """Records a delivery attempt of a claimed alert and releases the claim; False when
+        the claim had been lost (it ran out and another worker took the alert)."""
         with self._sessions.begin() as session:
-            session.execute(
+            result = session.execute(
                 update(ReachAlertRow)
-                .where(ReachAlertRow.id == alert_id)
+                .where(ReachAlertRow.id == alert.id, ReachAlertRow.claim_owner == alert.claim_owner)
                 .values(
                     delivered=delivered,
                     delivery_error=error[:500],
                     delivery_attempts=ReachAlertRow.delivery_attempts + 1,
+                    claim_owner="",
+                    claimed_until=None,
                 )
             )
+            return bool(result.rowcount)  # type: ignore[attr-defined]
 
     def count_by_state(self) -> dict[tuple[str, str], int]:
         """(channel, state) -> number of actions, for the metrics endpoint."""
@@ -482,17 +522,20 @@ class ReachStore:
 
     # --- the work queue --------------------------------------------------------------------
 
-    def claim(self, worker: str, limit: int, now: float, lease_s: float) -> list[Claim]:
-        """Takes up to ``limit`` due actions under a new lease and returns them."""
+    def claim(self, worker: str, limit: int, lease_s: float) -> list[Claim]:
+        """Takes up to ``limit`` due actions under a new lease and returns them. Due and
+        expired are judged by the database's clock, so every worker agrees on them."""
         lease = f"{worker}:{secrets.token_hex(6)}"[:64]
-        due = (
-            select(ReachActionRow.action_id)
-            .where(ReachActionRow.state.in_(st.DUE_STATES), ReachActionRow.next_at <= now)
-            .order_by(ReachActionRow.next_at)
-            .limit(limit)
-            .with_for_update(skip_locked=True)
-        )
         with self._sessions.begin() as session:
+            now = db_clock(session)
+            mono = time.monotonic()
+            due = (
+                select(ReachActionRow.action_id)
+                .where(ReachActionRow.state.in_(st.DUE_STATES), ReachActionRow.next_at <= now)
+                .order_by(ReachActionRow.next_at)
+                .limit(limit)
+                .with_for_update(skip_locked=True)
+            )
             result = session.execute(
                 update(ReachActionRow)
                 .where(ReachActionRow.action_id.in_(due.scalar_subquery()))
@@ -506,10 +549,11 @@ class ReachStore:
                 .join(ReachTaskRow, ReachTaskRow.task_id == ReachActionRow.task_id)
                 .where(ReachActionRow.lease_owner == lease)
             ).all()
-            return [_claim(row, entity, trace, lease) for row, entity, trace in rows]
+            return [_claim(row, entity, trace, lease, now, mono) for row, entity, trace in rows]
 
     def settle(self, claim: Claim, change: Change) -> Settled:
-        """Applies ``change`` if the worker still holds the action's lease."""
+        """Applies ``change`` if the worker still holds the action's lease (and, for
+        ``change.live_lease``, the lease has not run out)."""
         return self._apply(
             claim.action_id,
             change,
@@ -532,7 +576,6 @@ class ReachStore:
     def _apply(self, action_id: str, change: Change, fence: Any, tenant: str | None) -> Settled:
         now = utcnow()
         values: dict[str, Any] = {"state": change.to_state, "updated_at": now}
-        values["next_at"] = change.next_at
         if not change.keep_lease:
             values["lease_owner"] = ""
         if change.external_id is not None:
@@ -545,21 +588,28 @@ class ReachStore:
             values["failure_kind"] = ""
         if change.add_attempt:
             values["attempts"] = ReachActionRow.attempts + 1
-            values["first_sent_at"] = _coalesce_now(ReachActionRow.first_sent_at)
+        if change.add_ambiguous:
+            values["ambiguous_sends"] = ReachActionRow.ambiguous_sends + 1
         if change.add_rate_limited:
             values["rate_limited"] = ReachActionRow.rate_limited + 1
         if change.add_poll:
             values["polls"] = ReachActionRow.polls + 1
         if change.add_unknown_poll:
             values["unknown_polls"] = ReachActionRow.unknown_polls + 1
-        if change.accepted_at is not None:
-            values["accepted_at"] = change.accepted_at
         if change.resolution is not None:
             values["resolution_json"] = json.dumps(change.resolution, ensure_ascii=False)
         if change.to_state in st.FINAL:
             values["finished_at"] = now
         with self._sessions.begin() as session:
+            clock = db_clock(session)
+            values["next_at"] = None if change.due_in is None else clock + change.due_in
+            if change.add_attempt:
+                values["first_sent_at"] = func.coalesce(ReachActionRow.first_sent_at, clock)
+            if change.accepted:
+                values["accepted_at"] = clock
             where = [ReachActionRow.action_id == action_id, fence]
+            if change.live_lease:
+                where.append(ReachActionRow.next_at > clock)
             if tenant is not None:
                 where.append(ReachActionRow.tenant == tenant)
             # Changes to one task run one after another: each reads its sibling actions to
@@ -644,7 +694,7 @@ class ReachStore:
         if changed.state != before and (
             changed.state == st.SUCCEEDED or changed.state in st.DID_NOT_HAPPEN
         ):
-            for action, was, reason in _propagate(session, actions, now):
+            for action, was, reason in _propagate(session, actions, now, db_clock(session)):
                 self._audit(session, action, was, reason, 0)
         task = session.get(ReachTaskRow, changed.task_id, populate_existing=True)
         assert task is not None
@@ -716,11 +766,11 @@ def _action_event(
 
 # Reasons that repeat without news (a look-up that still says pending): they update the
 # row but do not add a history entry each time.
-_QUIET_REASONS = frozenset({"still_pending"})
+_QUIET_REASONS = frozenset({"still_pending", "rate_limit_wait"})
 
 
 def _propagate(
-    session: Session, actions: list[ReachActionRow], now: dt.datetime
+    session: Session, actions: list[ReachActionRow], now: dt.datetime, clock: float
 ) -> list[tuple[ReachActionRow, str, str]]:
     """Readies actions whose dependencies all succeeded; skips, transitively, those with a
     dependency that did not happen. Returns (action, state before, reason) of each."""
@@ -760,7 +810,7 @@ def _propagate(
                 changed = True
             elif all(d.state == st.SUCCEEDED for d in deps):
                 action.state = st.READY
-                action.next_at = time.time()
+                action.next_at = clock
                 action.updated_at = now
                 _history(session, action, st.BLOCKED, st.READY, "dependencies_succeeded", {}, now)
                 moved.append((action, st.BLOCKED, "dependencies_succeeded"))
@@ -806,11 +856,9 @@ def _alert(
     )
 
 
-def _coalesce_now(column: Any) -> Any:
-    return func.coalesce(column, time.time())
-
-
-def _claim(row: ReachActionRow, entity_id: str, trace_id: str, lease: str) -> Claim:
+def _claim(
+    row: ReachActionRow, entity_id: str, trace_id: str, lease: str, now: float, mono: float
+) -> Claim:
     created = row.created_at
     if created.tzinfo is None:
         created = created.replace(tzinfo=dt.UTC)
@@ -833,4 +881,7 @@ def _claim(row: ReachActionRow, entity_id: str, trace_id: str, lease: str) -> Cl
         accepted_at=row.accepted_at,
         created_at=created.timestamp(),
         lease=lease,
+        ambiguous_sends=row.ambiguous_sends,
+        db_now=now,
+        mono=mono,
     )

@@ -3,7 +3,9 @@
 The action table is also the durable work queue: ``next_at`` (epoch seconds) says when an
 action is next due — a retry of a READY action, a status look-up of a PENDING or UNKNOWN
 one, the lease expiry of one being sent — and workers claim due rows under a lease.
-Scheduling times are plain numbers so that SQLite and PostgreSQL compare them alike.
+Scheduling times are plain numbers so that SQLite and PostgreSQL compare them alike, and
+they are the database's clock (``services.reach.store.db_clock``), never a worker's: a
+worker whose clock is off must not see a live lease as expired.
 
 Every row carries ``tenant``; ``services.reach.store`` is the only code that queries these
 tables, and every caller-facing query filters on it.
@@ -87,6 +89,9 @@ class ReachActionRow(Base):
     rate_limited: Mapped[int] = mapped_column(Integer, default=0)
     polls: Mapped[int] = mapped_column(Integer, default=0)
     unknown_polls: Mapped[int] = mapped_column(Integer, default=0)
+    # Sends whose outcome stayed unknown (a timeout after sending, a lost connection, a lost
+    # lease): once there is one, the action can no longer be reported as not having happened.
+    ambiguous_sends: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     next_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     lease_owner: Mapped[str] = mapped_column(String(64), default="")
     first_sent_at: Mapped[float | None] = mapped_column(Float, nullable=True)
@@ -155,6 +160,10 @@ class ReachAlertRow(Base):
     delivered: Mapped[bool] = mapped_column(Boolean, default=False)
     delivery_attempts: Mapped[int] = mapped_column(Integer, default=0)
     delivery_error: Mapped[str] = mapped_column(Text, default="")
+    # The reach worker delivering it, until when (epoch seconds by the database's clock):
+    # one delivery per alert however many workers sweep.
+    claim_owner: Mapped[str] = mapped_column(String(64), default="", server_default="")
+    claimed_until: Mapped[float | None] = mapped_column(Float, nullable=True)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 

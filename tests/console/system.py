@@ -48,6 +48,7 @@ quota_per_second = 20
 url = "{url}"
 status_url = "{status_url}"
 idempotency_header = false
+connect_timeout_s = 1
 read_timeout_s = 2
 """
 

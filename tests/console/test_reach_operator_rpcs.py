@@ -143,7 +143,7 @@ def to_unknown() -> Change:
     return Change(
         st.UNKNOWN,
         "ambiguous_outcome",
-        next_at=time.time() + 600,
+        due_in=600,
         failure={"code": "OUTCOME_UNKNOWN", "message": "outcome unknown", "data": {}},
         failure_kind="technical",
     )
@@ -320,7 +320,7 @@ def test_channel_health_counts_states_latency_and_retries_from_the_store(parts: 
         parts.store,
         retried,
         sent(),
-        Change(st.READY, "retry_scheduled", next_at=time.time()),
+        Change(st.READY, "retry_scheduled", due_in=0.0),
         sent(),
         Change(st.SUCCEEDED, "receiver_confirmed"),
     )

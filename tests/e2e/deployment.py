@@ -29,22 +29,25 @@ CHANNEL = "hook"
 
 
 def reach_config(path: Path, receiver: HttpReceiver) -> Path:
-    """One webhook channel that sends ``Idempotency-Key`` (the receiver honours it), with
-    quick retries so that recoveries show within a test's patience."""
+    """One webhook channel that sends ``Idempotency-Key`` (the receiver honours it, and the
+    channel says so), with quick retries so that recoveries show within a test's
+    patience."""
     path.write_text(
         f"""
 [engine]
-lease_s = 3
+lease_s = 7
 
 [channels.{CHANNEL}]
 kind = "webhook"
 description = "posts to the test receiver"
 action_types = ["notify"]
 idempotency_params = ["n"]
+receiver_deduplicates = true
 
 [channels.{CHANNEL}.webhook]
 url = "{receiver.url}"
 idempotency_header = true
+connect_timeout_s = 1
 read_timeout_s = 5
 
 [channels.{CHANNEL}.retry]

@@ -27,6 +27,7 @@ from grpc_status import rpc_status
 from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
 from reachstore.reach.v1 import reach_service_pb2 as pb
 from reachstore.reach.v1 import reach_service_pb2_grpc as pb_grpc
+from services.reach.config import LEASE_MARGIN_S
 from tests.e2e.processes import ROOT, ServiceProcess
 from tests.reach.peers import HttpReceiver
 
@@ -68,8 +69,10 @@ class SlowReceiver(HttpReceiver):
 
 def write_config(path: Path, receiver: HttpReceiver, *, workers: int, lease_s: float) -> Path:
     """Two webhook channels to ``receiver``: PLAIN without idempotency-key support and
-    KEYED with it. Their status look-up answers 404 for every id, so an UNKNOWN outcome
-    can never be decided and goes to NEEDS_REVIEW after two quick look-ups."""
+    KEYED with it (the channel says the receiver de-duplicates). Their status look-up
+    answers 404 for every id, so an UNKNOWN outcome can never be decided and goes to
+    NEEDS_REVIEW after two quick look-ups. The timeouts use what the lease leaves."""
+    read_timeout = min(5.0, lease_s - LEASE_MARGIN_S - 0.5)
 
     def channel(name: str, header: bool) -> str:
         return f"""
@@ -78,13 +81,15 @@ kind = "webhook"
 description = "{name}: posts to the test receiver"
 action_types = ["notify"]
 idempotent = false
+receiver_deduplicates = {str(header).lower()}
 window = "day"
 
 [channels.{name}.webhook]
 url = "{receiver.base_url}/{name}"
 status_url = "{receiver.base_url}/undecidable/{{external_id}}"
 idempotency_header = {str(header).lower()}
-read_timeout_s = 5
+connect_timeout_s = 0.5
+read_timeout_s = {read_timeout}
 
 [channels.{name}.retry]
 base_s = 0.05

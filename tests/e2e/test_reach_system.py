@@ -62,6 +62,7 @@ description = "{name}: posts to a test receiver"
 action_types = {types}
 idempotency_params = ["ticket", "n"]
 window = "day"
+receiver_deduplicates = {"true" if header else "false"}
 {extra}
 [channels.{name}.webhook]
 url = "{receiver.url}"
@@ -112,6 +113,8 @@ idempotency_params = ["to", "subject"]
 host = "{rx["smtp"].host}"
 port = {rx["smtp"].port}
 sender = "reach@example.com"
+timeout_s = 2
+send_timeout_s = 3
 
 [channels.rpc]
 kind = "grpc"
@@ -122,6 +125,7 @@ idempotency_params = ["ticket"]
 target = "{rx["grpc"].target}"
 method = "/peer.v1.Tickets/Assign"
 idempotency_metadata = true
+timeout_s = 1.5
 """,
         ]
     )

@@ -142,3 +142,55 @@ def test_the_example_configuration_is_valid(monkeypatch: pytest.MonkeyPatch) -> 
     env = {"TICKETING_TOKEN": "secret-value"}
     for name, cfg in config.channels.items():
         build_channel(cfg.kind, cfg.options, f"channels.{name}.{cfg.kind}", env)
+
+
+@pytest.mark.parametrize("days", [-2, -1, 1, 2])
+def test_a_logical_time_far_from_the_servers_clock_is_refused(
+    store: ReachStore, config: ReachConfig, days: int
+) -> None:
+    """An agent that stamps another day on a retry cannot mint another key for the same
+    action: the server owns the window (docs/AT_MOST_ONCE.md, section 4)."""
+    first = store.reserve(_plan(config, BEFORE_MIDNIGHT))
+    moved = (BEFORE_MIDNIGHT + dt.timedelta(days=days)).isoformat()
+    with pytest.raises(errors.ReachstoreError) as caught:
+        _plan(config, BEFORE_MIDNIGHT, logical_time=moved)
+    assert caught.value.code == "INVALID_ARGUMENT" and caught.value.field == "logical_time"
+    assert "within 300 s of the server's clock" in str(caught.value)
+    # Without a logical time, the same action on the same day is the same action.
+    assert store.reserve(_plan(config, BEFORE_MIDNIGHT)).task.task_id == first.task.task_id
+
+
+def test_the_tolerance_is_a_setting(store: ReachStore) -> None:
+    strict = parse_config({**CONFIG, "engine": {"logical_time_tolerance_s": 0}})
+    with pytest.raises(errors.ReachstoreError):
+        _plan(strict, BEFORE_MIDNIGHT, logical_time="2026-11-30T23:59:58Z")
+    exact = BEFORE_MIDNIGHT.isoformat()
+    assert _plan(strict, BEFORE_MIDNIGHT, logical_time=exact).actions[0].window == "2026-11-30"
+
+
+def test_the_same_text_typed_two_ways_is_one_action(config: ReachConfig) -> None:
+    """ "é" as one code point (NFC) and as e + combining acute (NFD) digest alike."""
+    channels = {"hook": build_channel("webhook", config.channels["hook"].options, "hook", {})}
+
+    def key(ticket: str, entity: str) -> str:
+        params = {"ticket": ticket, "group": "ops"}
+        spec = TaskSpec(
+            entity, "", "", "", (ActionSpec("d", "hook", "dispatch", params, (), True),)
+        )
+        return plan_task(spec, CALLER, config, channels, "", BEFORE_MIDNIGHT).actions[0].idem_key
+
+    assert key("Caf\u00e9", "Jos\u00e9") == key("Cafe\u0301", "Jose\u0301")
+    assert key("Caf\u00e9", "x") != key("Cafe", "x")
+
+
+def test_parameter_keys_that_are_one_in_nfc_are_refused(config: ReachConfig) -> None:
+    channels = {"hook": build_channel("webhook", config.channels["hook"].options, "hook", {})}
+    params = {"ticket": "T", "group": "ops", "Caf\u00e9": 1, "Cafe\u0301": 2}
+    spec = TaskSpec("WO-1", "", "", "", (ActionSpec("d", "hook", "dispatch", params, (), True),))
+    plain = parse_config(
+        {**CONFIG, "channels": {"hook": {**CONFIG["channels"]["hook"], "idempotency_params": []}}}
+    )
+    with pytest.raises(errors.ReachstoreError) as caught:
+        plan_task(spec, CALLER, plain, channels, "", BEFORE_MIDNIGHT)
+    assert caught.value.code == "PARAMS_REJECTED"
+    assert "two keys that are one in NFC" in caught.value.details[0].structured_data["rule"]

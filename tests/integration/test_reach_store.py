@@ -15,8 +15,9 @@ from sqlalchemy import select
 from services.common import errors
 from services.reach import states as st
 from services.reach.store import ActionPlan, Change, ReachStore, TaskPlan
+from services.storage.clock import db_clock
 from services.storage.engine import init_schema, make_engine, make_sessions
-from services.storage.reach_models import ReachHistoryRow
+from services.storage.reach_models import ReachActionRow, ReachHistoryRow
 
 
 @pytest.fixture
@@ -99,12 +100,11 @@ def test_concurrent_duplicates_make_one_task(store: ReachStore) -> None:
 def test_claims_never_overlap_and_writes_are_fenced_by_the_lease(store: ReachStore) -> None:
     for i in range(30):
         store.reserve(_plan(_action("a", f"k-{i}")))
-    now = time.time()
     seen: list[str] = []
     lock = threading.Lock()
 
     def claim(worker: str) -> None:
-        while batch := store.claim(worker, 4, now, 60):
+        while batch := store.claim(worker, 4, 60):
             with lock:
                 seen.extend(c.action_id for c in batch)
 
@@ -116,11 +116,62 @@ def test_claims_never_overlap_and_writes_are_fenced_by_the_lease(store: ReachSto
     assert len(seen) == 30 and len(set(seen)) == 30
     # Nothing is due until the leases run out; then a new owner takes over, and the old
     # owner's late write is refused.
-    assert store.claim("late", 10, now + 1, 60) == []
-    taken = store.claim("next", 1, now + 61, 60)[0]
+    assert store.claim("late", 10, 60) == []
+    store.reserve(_plan(_action("a", "k-short")))
+    first = store.claim("first", 1, 0.3)[0]
+    assert store.claim("next", 1, 60) == []
+    time.sleep(0.4)
+    taken = store.claim("next", 1, 60)[0]
+    assert taken.action_id == first.action_id
     assert store.settle(taken, Change(st.SUBMITTING, "sending", keep_lease=True)).applied
+    assert not store.settle(first, Change(st.SUCCEEDED, "receiver_confirmed")).applied
     stale = dataclasses.replace(taken, lease="an-earlier-owner")
     assert not store.settle(stale, Change(st.SUCCEEDED, "receiver_confirmed")).applied
+
+
+def test_a_send_is_marked_only_under_a_lease_that_has_not_run_out(store: ReachStore) -> None:
+    """The mark made right before a send (``live_lease``) is refused once the lease has run
+    out by the database's clock, even if no other worker has claimed the action yet: a
+    worker that stalled past its lease must not start a send."""
+    store.reserve(_plan(_action("a", "k-a")))
+    claim = store.claim("w", 1, 0.3)[0]
+    mark = Change(st.SUBMITTING, "sending", due_in=0.3, keep_lease=True, live_lease=True)
+    assert store.settle(claim, mark).applied  # renews the lease for another 0.3 s
+    time.sleep(0.4)
+    assert not store.settle(claim, mark).applied
+    # An answer that comes after the lease ran out, with nobody else holding the action,
+    # is still recorded: it is the news.
+    assert store.settle(claim, Change(st.SUCCEEDED, "receiver_confirmed")).applied
+
+
+def test_claim_judges_leases_by_the_database_clock(store: ReachStore) -> None:
+    """Due times and lease expiries are written from the database's clock, so the claim
+    does not depend on the claiming process's idea of the time."""
+    reserved = store.reserve(_plan(_action("a", "k-a")))
+    claim = store.claim("w", 1, 60)[0]
+    with store._sessions() as session:  # noqa: SLF001 - reading the clock and the row
+        clock = db_clock(session)
+        row = session.get(ReachActionRow, reserved.actions[0].action_id)
+        assert row is not None and row.next_at is not None
+        assert abs(row.next_at - (clock + 60)) < 5
+    assert abs(claim.db_now - clock) < 5 and abs(claim.now() - clock) < 5
+
+
+def test_each_alert_is_claimed_by_one_worker_until_its_claim_runs_out(store: ReachStore) -> None:
+    reserved = store.reserve(_plan(_action("a", "k-a")))
+    claim = store.claim("w", 1, 60)[0]
+    store.settle(claim, Change(st.NEEDS_REVIEW, "cannot_look_up"))
+    alerts = store.alerts("t1")
+    assert [a.kind for a in alerts] == ["needs_review"] and reserved
+    one = store.claim_alerts("w1", 10, 5, 0.3)
+    assert [a.id for a in one] == [alerts[0].id]
+    assert store.claim_alerts("w2", 10, 5, 0.3) == []  # held by w1
+    time.sleep(0.4)
+    two = store.claim_alerts("w2", 10, 5, 60)  # w1's claim ran out
+    assert [a.id for a in two] == [alerts[0].id]
+    assert not store.mark_alert(one[0], True, "")  # w1 lost it: its delivery is not recorded
+    assert store.mark_alert(two[0], True, "")
+    assert store.claim_alerts("w3", 10, 5, 60) == []  # delivered
 
 
 def test_dependants_run_after_success_and_are_skipped_after_failure(store: ReachStore) -> None:
@@ -136,15 +187,13 @@ def test_dependants_run_after_success_and_are_skipped_after_failure(store: Reach
     states = {a.name: a.state for a in reserved.actions}
     assert states == {"check": st.READY, "write": st.BLOCKED, "notify": st.BLOCKED, "log": st.READY}
 
-    claims = {c.action_id: c for c in store.claim("w", 10, time.time(), 60)}
+    claims = {c.action_id: c for c in store.claim("w", 10, 60)}
     by_name = {a.name: claims[a.action_id] for a in reserved.actions if a.action_id in claims}
     store.settle(by_name["check"], Change(st.SUCCEEDED, "receiver_confirmed"))
     _, actions = store.get_task("t1", task_id)  # type: ignore[misc]
     assert {a.name: a.state for a in actions}["write"] == st.READY
 
-    write = next(
-        c for c in store.claim("w", 10, time.time(), 60) if c.action_id == actions[1].action_id
-    )
+    write = next(c for c in store.claim("w", 10, 60) if c.action_id == actions[1].action_id)
     result = store.settle(
         write,
         Change(
@@ -167,7 +216,7 @@ def test_dependants_run_after_success_and_are_skipped_after_failure(store: Reach
 def test_every_change_is_in_the_history_and_bumps_the_version(store: ReachStore) -> None:
     reserved = store.reserve(_plan(_action("a", "k-a")))
     version = reserved.task.version
-    claim = store.claim("w", 1, time.time(), 60)[0]
+    claim = store.claim("w", 1, 60)[0]
     store.settle(claim, Change(st.SUBMITTING, "sending", keep_lease=True, add_attempt=True))
     store.settle(claim, Change(st.SUCCEEDED, "receiver_confirmed"))
     task, actions = store.get_task("t1", reserved.task.task_id)  # type: ignore[misc]
@@ -182,10 +231,10 @@ def test_every_change_is_in_the_history_and_bumps_the_version(store: ReachStore)
 def test_unleased_changes_wait_for_the_worker(store: ReachStore) -> None:
     reserved = store.reserve(_plan(_action("a", "k-a")))
     action_id = reserved.actions[0].action_id
-    claim = store.claim("w", 1, time.time(), 60)[0]
+    claim = store.claim("w", 1, 60)[0]
     cancel = Change(st.CANCELLED, "cancelled_by_caller")
     assert not store.settle_unleased("t1", action_id, (st.READY,), cancel).applied
-    store.settle(claim, Change(st.READY, "breaker_open", next_at=time.time() + 30))
+    store.settle(claim, Change(st.READY, "breaker_open", due_in=30))
     assert store.settle_unleased("t1", action_id, (st.READY,), cancel).applied
     # Another tenant cannot touch it at all.
     assert not store.settle_unleased("t2", action_id, (st.CANCELLED,), cancel).applied
@@ -204,7 +253,7 @@ def test_siblings_settling_at_the_same_moment_still_ready_their_dependant(
                 _action("c", f"c-{i}", depends_on=("a", "b")),
             )
         )
-    claims = store.claim("w", 100, time.time(), 60)
+    claims = store.claim("w", 100, 60)
     by_task: dict[str, list] = {}  # type: ignore[type-arg]
     for claim in claims:
         by_task.setdefault(claim.task_id, []).append(claim)

@@ -54,7 +54,8 @@ def test_a_message_is_delivered_with_a_message_id_derived_from_the_key(
     assert mail.message_id == expected_id
     assert mail.message["X-Reachstore-Action-Id"] == action.action_id
     assert mail.text == "Hello, ünïcode.\n"
-    assert not (channel.can_poll or channel.can_cancel or channel.honours_idempotency_key)
+    assert not (channel.can_poll or channel.can_cancel)
+    assert channel.sends_idempotency_key  # in the Message-ID
 
 
 def test_the_same_key_gives_the_same_message_id(smtp_receiver: SmtpReceiver) -> None:

@@ -77,7 +77,7 @@ def test_reflection_mode_makes_a_real_call_with_fields_and_metadata(
     assert call.metadata["idempotency-key"] == action.idempotency_key
     match = re.fullmatch(r"00-([0-9a-f]{32})-[0-9a-f]{16}-01", call.metadata["traceparent"])
     assert match is not None and match.group(1) == action.trace_id
-    assert channel.honours_idempotency_key
+    assert channel.sends_idempotency_key
 
 
 def test_descriptor_set_mode_needs_no_reflection(descriptor_set: Path) -> None:
@@ -91,7 +91,7 @@ def test_descriptor_set_mode_needs_no_reflection(descriptor_set: Path) -> None:
     assert [c.request for c in calls] == [TICKET]
     assert "idempotency-key" not in calls[0].metadata
     assert "authorization" not in calls[0].metadata
-    assert not channel.honours_idempotency_key
+    assert not channel.sends_idempotency_key
 
 
 @pytest.mark.parametrize(

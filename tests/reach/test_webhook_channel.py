@@ -75,7 +75,7 @@ def test_a_2xx_is_success_with_the_receivers_id_and_every_header(
     assert headers["content-type"] == "application/json"
     match = TRACEPARENT.fullmatch(headers["traceparent"])
     assert match is not None and match.group(1) == action.trace_id
-    assert channel.honours_idempotency_key and not channel.can_poll and not channel.can_cancel
+    assert channel.sends_idempotency_key and not channel.can_poll and not channel.can_cancel
 
 
 def test_without_the_idempotency_header_and_token_neither_is_sent(
@@ -88,7 +88,7 @@ def test_without_the_idempotency_header_and_token_neither_is_sent(
     [delivery] = http_receiver.records
     assert "idempotency-key" not in delivery.headers
     assert "authorization" not in delivery.headers
-    assert not channel.honours_idempotency_key
+    assert not channel.sends_idempotency_key
 
 
 def test_a_trace_id_of_the_wrong_shape_still_gives_a_valid_traceparent(

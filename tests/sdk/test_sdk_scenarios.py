@@ -57,12 +57,14 @@ side_effect = "records the request"
 action_types = ["dispatch", "notify"]
 idempotency_params = ["ticket", "step"]
 window = "day"
+receiver_deduplicates = true
 {PARAMETERS}
 
 [channels.hook.webhook]
 url = "{receiver.url}"
 status_url = "{receiver.status_url}"
 idempotency_header = true
+connect_timeout_s = 1
 read_timeout_s = 2
 """
 

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from services.common.config_errors import ConfigError
-from services.reach.config import parse_config
+from services.reach.channels import build_channel
+from services.reach.config import check_channels, parse_config
 
 VALID: dict[str, Any] = {
     "engine": {"workers": 4, "lease_s": 10, "alert_channel": "hook"},
@@ -65,6 +66,8 @@ def test_no_file_means_no_channels() -> None:
         ("channels.hook.quota_per_second", 0, "channels.hook.quota_per_second"),
         ("channels.hook.quota_per_second", "fast", "channels.hook.quota_per_second"),
         ("channels.hook.idempotent", "yes", "channels.hook.idempotent"),
+        ("channels.hook.receiver_deduplicates", 1, "channels.hook.receiver_deduplicates"),
+        ("engine.logical_time_tolerance_s", -1, "engine.logical_time_tolerance_s"),
         ("channels.hook.email", {"host": "x"}, "channels.hook.email"),
         ("channels.hook.retry", {"base_s": -1}, "channels.hook.retry.base_s"),
         ("channels.hook.breaker", {"failure_rate": 2}, "channels.hook.breaker.failure_rate"),
@@ -88,3 +91,43 @@ def test_channel_names_follow_the_naming_rule() -> None:
     data["engine"]["alert_channel"] = ""
     with pytest.raises(ConfigError, match="channels.Bad Name"):
         parse_config(data)
+
+
+def test_a_receiver_is_not_taken_to_de_duplicate_unless_the_channel_says_so() -> None:
+    """Sending the key (the webhook default) is not the receiver honouring it."""
+    config = parse_config(VALID)
+    hook = config.channels["hook"]
+    assert not hook.receiver_deduplicates and not hook.idempotent and not hook.safe_to_resend
+    assert build_channel("webhook", hook.options, "hook", {}).sends_idempotency_key
+    said = parse_config(_with("channels.hook.receiver_deduplicates", True))
+    assert said.channels["hook"].safe_to_resend
+
+
+def _checked(data: dict[str, Any]) -> None:
+    config = parse_config(data)
+    channels = {
+        name: build_channel(cfg.kind, cfg.options, name, {})
+        for name, cfg in config.channels.items()
+    }
+    check_channels(config, channels)
+
+
+def test_a_send_that_cannot_end_inside_the_lease_is_refused() -> None:
+    """The webhook defaults (3 s to connect, 8 s to read) do not end 1 s before a 10 s
+    lease: refused, naming the settings and the lease."""
+    with pytest.raises(ConfigError) as caught:
+        _checked(VALID)
+    text = str(caught.value)
+    assert "channels.hook.webhook" in text and "connect_timeout_s + read_timeout_s" in text
+    assert "engine.lease_s (10 s)" in text
+    _checked(_with("engine.lease_s", 12))
+    fits = _with("channels.hook.webhook", {"url": "http://127.0.0.1:9/h", "read_timeout_s": 6})
+    _checked(fits)
+
+
+def test_a_receiver_said_to_de_duplicate_must_be_sent_the_key() -> None:
+    data = _with("engine.lease_s", 30)
+    data["channels"]["hook"]["receiver_deduplicates"] = True
+    data["channels"]["hook"]["webhook"]["idempotency_header"] = False
+    with pytest.raises(ConfigError, match="channels.hook.receiver_deduplicates"):
+        _checked(data)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
-import time
 from collections.abc import Callable, Mapping
 
 import grpc
@@ -156,7 +155,7 @@ class OperatorCalls:
             st.UNKNOWN,
             "recheck_requested",
             {"by": who.key_id},
-            next_at=time.time(),
+            due_in=0.0,
             failure={
                 "code": errors.OUTCOME_UNKNOWN.code,
                 "message": "outcome unknown: an operator asked for a look-up now",

@@ -237,7 +237,7 @@ class ReachServicer(OperatorCalls, pb_grpc.ReachServiceServicer):
                 parameters_schema=convert.struct(dict(cfg.rules.schema)),
                 rules=cfg.rules.rule_messages,
                 idempotent=cfg.idempotent,
-                honours_idempotency_key=channel.honours_idempotency_key,
+                honours_idempotency_key=cfg.receiver_deduplicates,
                 can_poll=channel.can_poll,
                 can_cancel=channel.can_cancel,
                 send_rate_per_second=cfg.send_rate_per_second,

@@ -111,7 +111,13 @@ class Channel(Protocol):
     @property
     def can_cancel(self) -> bool: ...
     @property
-    def honours_idempotency_key(self) -> bool: ...
+    def sends_idempotency_key(self) -> bool:
+        """Whether the receiver is given the idempotency key (sending it is not the
+        receiver honouring it: ``receiver_deduplicates`` in the channel's config says so)."""
+
+    def send_deadline(self) -> tuple[str, float]:
+        """The longest a submit may take, connect, write and read together, with the
+        settings it comes from in words; the executor cuts a submit off there."""
 
     def validate(self, action: Outgoing) -> None:
         """Raises ``InvalidParams``; no I/O, no side effect."""

@@ -9,8 +9,9 @@ no one (RSET), so a retry can never double-deliver to the recipients that were a
 Whether a failure is ambiguous depends on how far the transaction got: until the message
 text is sent after DATA, the relay has nothing it could deliver.
 
-Every socket step is bounded by ``timeout_s``; a cancelled submit cannot stop its worker
-thread, which ends on its own at the latest one timeout later.
+Every socket step is bounded by ``timeout_s`` and the whole session by ``send_timeout_s``
+(the executor stops waiting there, and the outcome is ambiguous); a cancelled submit cannot
+stop its worker thread, which ends on its own at the latest one timeout later.
 """
 
 from __future__ import annotations
@@ -73,6 +74,8 @@ class EmailOptions:
     username: str | None = dataclasses.field(default=None, repr=False)
     password: str | None = dataclasses.field(default=None, repr=False)
     timeout_s: float = 8.0
+    # The whole SMTP session, every exchange together (each is also bounded by timeout_s).
+    send_timeout_s: float = 20.0
     message_id_domain: str = "reachstore.local"
     tls_ca_file: str | None = None
 
@@ -98,6 +101,10 @@ class EmailOptions:
         ca_file = reader.optional_text("tls_ca_file")
         if ca_file is not None and not Path(ca_file).is_file():
             raise reader.error("tls_ca_file", f"no such file: {ca_file}")
+        timeout_s = reader.seconds("timeout_s", 8.0)
+        send_timeout_s = reader.seconds("send_timeout_s", max(20.0, timeout_s))
+        if send_timeout_s < timeout_s:
+            raise reader.error("send_timeout_s", "must be at least timeout_s")
         options = cls(
             host=host,
             sender=sender,
@@ -105,7 +112,8 @@ class EmailOptions:
             starttls=reader.boolean("starttls", False),
             username=username,
             password=password,
-            timeout_s=reader.seconds("timeout_s", 8.0),
+            timeout_s=timeout_s,
+            send_timeout_s=send_timeout_s,
             message_id_domain=domain,
             tls_ca_file=ca_file,
         )
@@ -165,8 +173,11 @@ class EmailChannel:
         return False
 
     @property
-    def honours_idempotency_key(self) -> bool:
-        return False
+    def sends_idempotency_key(self) -> bool:
+        return True  # in the Message-ID; relays do not de-duplicate by it
+
+    def send_deadline(self) -> tuple[str, float]:
+        return "send_timeout_s", self.options.send_timeout_s
 
     def validate(self, action: Outgoing) -> None:
         recipients(action.params)

@@ -228,8 +228,14 @@ class GrpcCallChannel:
         return False
 
     @property
-    def honours_idempotency_key(self) -> bool:
+    def sends_idempotency_key(self) -> bool:
         return self.options.idempotency_metadata
+
+    def send_deadline(self) -> tuple[str, float]:
+        if self.options.descriptor_set is not None:
+            return "timeout_s", self.options.timeout_s
+        # Without a descriptor set the first submit may first ask server reflection.
+        return "timeout_s for reflection and again for the call", 2 * self.options.timeout_s
 
     def validate(self, action: Outgoing) -> None:
         """Checks the parameters against the request type once it is known; before (no

@@ -12,6 +12,11 @@ What came back is classified so that the executor can decide without knowing HTT
   concern (the receiver refused this action, not our setup); 3xx: permanent, technical;
 - no connection: transient and NOT ambiguous (nothing was sent);
 - a read timeout or a connection lost after sending: ambiguous (it may have taken effect).
+
+The whole send (connect, write and read together) is cut off after ``connect_timeout_s +
+read_timeout_s`` by the executor (``send_deadline``). Sending ``Idempotency-Key`` (the
+default) is not a promise that the receiver de-duplicates: only the channel's
+``receiver_deduplicates = true`` lets the executor re-send after an ambiguous outcome.
 """
 
 from __future__ import annotations
@@ -122,8 +127,14 @@ class WebhookChannel:
         return self.options.cancel_url is not None
 
     @property
-    def honours_idempotency_key(self) -> bool:
+    def sends_idempotency_key(self) -> bool:
         return self.options.idempotency_header
+
+    def send_deadline(self) -> tuple[str, float]:
+        # httpx bounds each connect and each read; a receiver that trickles its answer a
+        # byte at a time would never hit a read timeout, so the whole send has this cap.
+        o = self.options
+        return "connect_timeout_s + read_timeout_s", o.connect_timeout_s + o.read_timeout_s
 
     def validate(self, action: Outgoing) -> None:
         self._body(action)

@@ -30,10 +30,18 @@ _EPSILON = 1e-9
 
 
 class SendBucket(Protocol):
-    """What the executor asks of a channel's bucket before each send."""
+    """What the executor asks of a channel's bucket around each send: it waits, without
+    taking anything, until a token is there (``ready_in``), marks the action as being sent,
+    and only then takes the token (``try_take``), so that a send that does not go ahead
+    (its lease lost, its wait too long) spends nothing."""
 
-    async def acquire(self) -> float:
-        """Waits for a token, takes it, and answers the seconds waited."""
+    async def ready_in(self) -> float:
+        """Seconds until a token will be there (0.0: now); takes nothing."""
+        ...
+
+    async def try_take(self) -> float:
+        """Takes a token and answers 0.0, or answers the seconds until there will be one
+        and takes nothing."""
         ...
 
 
@@ -66,6 +74,16 @@ class TokenBucket:
             self._tokens, self._stamp, self._clock(), self.rate_per_s, self.burst
         )
         return wait
+
+    def wait_time(self) -> float:
+        """Seconds until a token will be there (0.0: now); takes nothing."""
+        return take(self._tokens, self._stamp, self._clock(), self.rate_per_s, self.burst)[2]
+
+    async def ready_in(self) -> float:
+        return self.wait_time()
+
+    async def try_take(self) -> float:
+        return self.reserve()
 
     async def acquire(self) -> float:
         """Waits until a token can be taken, takes it, and answers the seconds waited (by the

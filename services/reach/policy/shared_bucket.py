@@ -2,11 +2,11 @@
 
 A provider's quota is for all of reachstore, however many workers send: with per-process
 buckets, N workers would send at N times the channel's rate. Here the bucket is one row
-per channel; a reservation reads it, refills it by the time passed (wall-clock seconds,
-the one clock the workers share) and writes it back with a compare-and-set on its
-version, trying again when another worker got there first. The arithmetic is
-``bucket.take``'s, so both kinds behave alike: a token is taken only when the send goes
-ahead, and a waiter holds none.
+per channel; a reservation reads it, refills it by the time passed (by the database's
+clock, the one clock the workers share, unless a test gives another) and writes it back
+with a compare-and-set on its version, trying again when another worker got there first.
+The arithmetic is ``bucket.take``'s, so both kinds behave alike: a token is taken only
+when the send goes ahead, and a waiter holds none.
 
 Each reservation costs one short transaction (about a millisecond on PostgreSQL), small
 next to a send. When the database does not answer, the worker falls back to a bucket of
@@ -28,6 +28,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from services.common import database_errors
 from services.reach.config import ReachConfig
 from services.reach.policy.bucket import TokenBucket, take, wait_for_token
+from services.storage.clock import db_clock
 from services.storage.reach_models import ReachChannelBucketRow
 
 log = logging.getLogger(__name__)
@@ -43,16 +44,17 @@ class SharedTokenBucket:
         channel: str,
         rate_per_s: float,
         burst: float = 1.0,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] | None = None,
         *,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         # The local bucket checks the arguments and stands in while the database is away.
-        self._local = TokenBucket(rate_per_s, burst, clock, sleep=sleep)
+        self._local = TokenBucket(rate_per_s, burst, clock or time.time, sleep=sleep)
         self.rate_per_s, self.burst = self._local.rate_per_s, self._local.burst
         self._sessions = sessions
         self._channel = channel
         self._clock, self._sleep = clock, sleep
+        self._wait_clock = clock or time.time  # only measures how long acquire waited
 
     def reserve(self) -> float:
         """Takes one token from the shared row and answers 0.0, or answers the seconds
@@ -60,7 +62,7 @@ class SharedTokenBucket:
         for _ in range(_ATTEMPTS):
             with self._sessions.begin() as session:
                 row = session.get(ReachChannelBucketRow, self._channel)
-                now = self._clock()
+                now = self._now(session)
                 if row is None:
                     if self._create(session, now):
                         return 0.0
@@ -79,6 +81,17 @@ class SharedTokenBucket:
                     return wait
         return 1.0 / self.rate_per_s  # heavy contention: come back after one token's time
 
+    def _now(self, session: Session) -> float:
+        return self._clock() if self._clock is not None else db_clock(session)
+
+    def ready_in_now(self) -> float:
+        """Seconds until the shared row will hold a token; takes nothing."""
+        with self._sessions() as session:
+            row = session.get(ReachChannelBucketRow, self._channel)
+            if row is None:
+                return 0.0
+            return take(row.tokens, row.stamp, self._now(session), self.rate_per_s, self.burst)[2]
+
     def _create(self, session: Session, now: float) -> bool:
         """Creates the channel's row, full, and takes the first token from it; False when
         another worker created it first."""
@@ -94,8 +107,11 @@ class SharedTokenBucket:
         return True
 
     async def _reserve(self) -> float:
+        return await self._shared(self.reserve, self._local.reserve)
+
+    async def _shared(self, ask: Callable[[], float], instead: Callable[[], float]) -> float:
         try:
-            return await asyncio.to_thread(self.reserve)
+            return await asyncio.to_thread(ask)
         except Exception as exc:  # noqa: BLE001 - filtered just below
             if not database_errors.is_transient(exc):
                 raise
@@ -104,11 +120,17 @@ class SharedTokenBucket:
                 self._channel,
                 type(exc).__name__,
             )
-            return self._local.reserve()
+            return instead()
+
+    async def ready_in(self) -> float:
+        return await self._shared(self.ready_in_now, self._local.wait_time)
+
+    async def try_take(self) -> float:
+        return await self._reserve()
 
     async def acquire(self) -> float:
         """Waits until a token can be taken, takes it, and answers the seconds waited."""
-        return await wait_for_token(self._reserve, self._clock, self._sleep)
+        return await wait_for_token(self._reserve, self._wait_clock, self._sleep)
 
 
 def shared_buckets(
