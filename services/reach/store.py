@@ -562,16 +562,21 @@ class ReachStore:
         )
 
     def settle_unleased(
-        self, tenant: str, action_id: str, expected: Sequence[str], change: Change
+        self,
+        tenant: str,
+        action_id: str,
+        expected: Sequence[str],
+        change: Change,
+        *,
+        never_sent: bool = False,
     ) -> Settled:
         """An operator's or a caller's change: applies only while the action is in one of
-        ``expected`` states and no worker holds it."""
-        return self._apply(
-            action_id,
-            change,
-            fence=(ReachActionRow.lease_owner == "") & ReachActionRow.state.in_(expected),
-            tenant=tenant,
-        )
+        ``expected`` states and no worker holds it (and, with ``never_sent``, no send of it
+        may have taken effect)."""
+        fence = (ReachActionRow.lease_owner == "") & ReachActionRow.state.in_(expected)
+        if never_sent:
+            fence = fence & (ReachActionRow.ambiguous_sends == 0)
+        return self._apply(action_id, change, fence=fence, tenant=tenant)
 
     def _apply(self, action_id: str, change: Change, fence: Any, tenant: str | None) -> Settled:
         now = utcnow()

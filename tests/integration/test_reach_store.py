@@ -277,3 +277,17 @@ def test_siblings_settling_at_the_same_moment_still_ready_their_dependant(
             "b": st.SUCCEEDED,
             "c": st.READY,
         }
+
+
+def test_a_caller_cannot_cancel_an_action_whose_send_may_have_arrived(store: ReachStore) -> None:
+    """After an ambiguous send an action waiting for its retry is not "unsent": a cancel
+    fenced with ``never_sent`` is refused, so "cancelled" never hides a possible effect."""
+    reserved = store.reserve(_plan(_action("a", "k-a")))
+    action_id = reserved.actions[0].action_id
+    claim = store.claim("w", 1, 60)[0]
+    retry = Change(st.READY, "retry_scheduled", due_in=30, add_attempt=True, add_ambiguous=True)
+    assert store.settle(claim, retry).applied
+    cancel = Change(st.CANCELLED, "cancelled_by_caller")
+    assert not store.settle_unleased("t1", action_id, (st.READY,), cancel, never_sent=True).applied
+    _, actions = store.get_task("t1", reserved.task.task_id)  # type: ignore[misc]
+    assert actions[0].state == st.READY and actions[0].ambiguous_sends == 1

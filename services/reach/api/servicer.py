@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import functools
 import json
 import time
 from collections.abc import Callable, Mapping
@@ -267,9 +268,11 @@ class ReachServicer(OperatorCalls, pb_grpc.ReachServiceServicer):
             )
             return await self._cancel_answer(who.tenant, row.action_id, False, reason)
         if row.state in _UNSENT:
-            done = await self._settle_unleased(who.tenant, row, _UNSENT, cancelled)
+            done = await self._settle_unleased(who.tenant, row, _UNSENT, cancelled, never_sent=True)
             if done.applied:
                 return await self._cancel_answer(who.tenant, row.action_id, True, None)
+            if row.ambiguous_sends:
+                return await self._stop_uncertain(who.tenant, row, who.key_id)
             return await self._cancel_answer(
                 who.tenant, row.action_id, False, _in_flight(row.action_id)
             )
@@ -306,11 +309,57 @@ class ReachServicer(OperatorCalls, pb_grpc.ReachServiceServicer):
         lost = None if done.applied else _in_flight(row.action_id)
         return await self._cancel_answer(who.tenant, row.action_id, done.applied, lost)
 
+    async def _stop_uncertain(
+        self, tenant: str, row: ReachActionRow, by: str
+    ) -> pb.CancelActionResponse:
+        """A cancel of an action waiting to be re-sent after a send whose outcome is
+        unknown: "cancelled" would say it did not happen, which nobody knows. No more
+        attempts are made; it goes to UNKNOWN, to be looked up or reviewed."""
+        stop = Change(
+            st.UNKNOWN,
+            "cancel_after_uncertain_send",
+            {"by": by},
+            due_in=0.0,
+            failure={
+                "code": errors.OUTCOME_UNKNOWN.code,
+                "message": "outcome unknown: cancelled after a send that may have taken effect",
+                "retry_after_ms": 1000,
+                "data": {"cause": "cancel_after_uncertain_send"},
+            },
+            failure_kind="technical",
+        )
+        done = await self._settle_unleased(tenant, row, _UNSENT, stop)
+        if not done.applied:
+            return await self._cancel_answer(
+                tenant, row.action_id, False, _in_flight(row.action_id)
+            )
+        reason = errors.make_failure(
+            errors.CANCEL_NOT_SUPPORTED,
+            "an earlier send may have taken effect: no more attempts are made, and the "
+            "action is looked up and, if undecided, goes to review",
+            action_id=row.action_id,
+            structured_data={"state": st.UNKNOWN, "ambiguous_sends": row.ambiguous_sends},
+        )
+        return await self._cancel_answer(tenant, row.action_id, False, reason)
+
     async def _settle_unleased(
-        self, tenant: str, row: ReachActionRow, expected: tuple[str, ...], change: Change
+        self,
+        tenant: str,
+        row: ReachActionRow,
+        expected: tuple[str, ...],
+        change: Change,
+        *,
+        never_sent: bool = False,
     ) -> Settled:
         settled = await asyncio.to_thread(
-            self._store.settle_unleased, tenant, row.action_id, expected, change
+            functools.partial(
+                self._store.settle_unleased,
+                tenant,
+                row.action_id,
+                expected,
+                change,
+                never_sent=never_sent,
+            )
         )
         if settled.applied:
             self._changes.notify(row.task_id)
