@@ -569,7 +569,9 @@ class Executor:
         try:
             # Without an id from the receiver (the send's answer was lost), the action is
             # looked up by its idempotency key, which is what the receiver was given.
-            return await channel.poll(_outgoing(claim), claim.external_id or claim.idem_key)
+            # Bounded like a send, so a look-up too ends inside its lease.
+            async with asyncio.timeout(channel.send_deadline()[1]):
+                return await channel.poll(_outgoing(claim), claim.external_id or claim.idem_key)
         except Exception as exc:  # noqa: BLE001 - a look-up that fails decides nothing
             log.exception("channel %s raised on poll", claim.channel)
             return Answer(Status.UNKNOWN, detail=f"look-up failed: {type(exc).__name__}")

@@ -42,6 +42,9 @@ OPEN = frozenset({"ready", "submitting", "pending", "unknown"})
 # Where an action may end: finished, or waiting for a person to look.
 ALLOWED_ENDS = frozenset({"succeeded", "failed", "skipped", "cancelled", "unknown", "needs_review"})
 FOR_A_PERSON = frozenset({"unknown", "needs_review"})
+# Reasons a worker gives an action back after marking it ``submitting`` without sending it
+# (its lease no longer had room for the send; another worker took the rate token).
+WITHDRAWN_MARKS = frozenset({"lease_too_short_to_send", "rate_limit_wait"})
 # The two engines of the ``database_url`` fixture, PostgreSQL's marked as needing it.
 PG_MARKED = [
     "sqlite",
@@ -72,7 +75,7 @@ def write_config(path: Path, receiver: HttpReceiver, *, workers: int, lease_s: f
     KEYED with it (the channel says the receiver de-duplicates). Their status look-up
     answers 404 for every id, so an UNKNOWN outcome can never be decided and goes to
     NEEDS_REVIEW after two quick look-ups. The timeouts use what the lease leaves."""
-    read_timeout = min(5.0, lease_s - LEASE_MARGIN_S - 0.5)
+    read_timeout = min(5.0, (lease_s - LEASE_MARGIN_S) / 2)
 
     def channel(name: str, header: bool) -> str:
         return f"""
@@ -590,9 +593,13 @@ def test_two_workers_on_one_postgresql_database_send_each_action_once(
     per_action = receiver.deliveries_by("X-Reachstore-Action-Id")
     senders: dict[str, list[str]] = collections.defaultdict(list)
     for worker in workers:
-        for action_id, to_state, _ in worker.transitions():
+        last: dict[str, str] = {}
+        for action_id, to_state, reason in worker.transitions():
             if to_state == "submitting":
                 senders[action_id].append(worker.worker_id)
+            elif reason in WITHDRAWN_MARKS and last.get(action_id) == "submitting":
+                senders[action_id].pop()  # marked, then given back unsent
+            last[action_id] = to_state
     sent_by = collections.Counter(s for names in senders.values() for s in names)
     summary = "\n".join(
         [
