@@ -219,7 +219,7 @@ def confirmed(obs: Observation) -> Iterator[Violation]:
                 "receipt_thrown_away",
                 a.action_id,
                 f"{a.state} ({', '.join(a.reasons()[1:])}) although the receiver confirmed "
-                f"it {len(calm)} time(s) with no worker or database disturbed",
+                f"it {len(calm)} time(s) while its worker and the database were undisturbed",
                 (a.action_id,),
             )
 
@@ -289,8 +289,9 @@ def alert_twice(obs: Observation) -> Iterator[Violation]:
             yield Violation(
                 "alert_twice",
                 alert_id,
-                f"delivered {len(deliveries)} times; two of them {b.start - a.start:.2f} s "
-                f"apart with nothing disturbed (alert {a.body})",
+                f"delivered {len(deliveries)} times; by {a.sender or '?'} at "
+                f"{a.start - obs.t0:.2f} s and by {b.sender or '?'} at {b.start - obs.t0:.2f} s, "
+                f"nothing disturbed between (alert {a.body})",
                 (action,) if action else (),
             )
 

@@ -52,6 +52,7 @@ _TRY_AGAIN = frozenset(
         grpc.StatusCode.INTERNAL,
         grpc.StatusCode.UNKNOWN,
         grpc.StatusCode.ABORTED,
+        grpc.StatusCode.CANCELLED,  # the worker went away mid-call
     }
 )
 _TRIES = 8
