@@ -7,7 +7,7 @@ PIP    := $(VENV)/bin/pip
 .PHONY: up test install install-test generate check-protos lint format docs bench clean
 .PHONY: ts-install ts-generate ts-check ts-test
 .PHONY: go-install go-generate go-check
-.PHONY: browser-install
+.PHONY: browser-install faults-install faults
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,7 +28,7 @@ up: install
 
 ## Install what the tests need and run the whole suite. pytest's exit 5 (no test
 ## collected) counts as a failure.
-test: install-test browser-install
+test: install-test browser-install faults-install
 	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
 	$(MAKE) ts-test
@@ -73,19 +73,39 @@ go-generate: install-test go-install
 go-check: install-test go-install
 	scripts/go_client.sh check
 
-## The operator console's browser tests drive Debian's chromium through Playwright (a test
-## tool's own browser download does not work here): apt-get installs it only when missing,
-## refreshing the package lists only when the first attempt fails.
-CHROMIUM := /usr/bin/chromium
+# $(call apt_install_missing,<package>,<file it installs>): apt-get installs a Debian package
+# only when the file is missing, refreshing the package lists only when the first attempt fails.
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
-
-browser-install:
-	@if [ -x $(CHROMIUM) ]; then echo "chromium already installed"; else \
-	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null \
+define apt_install_missing
+	@if [ -x $(2) ]; then echo "$(1) already installed"; else \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(1) >/dev/null \
 	  || { echo "apt-get install failed; refreshing the package lists and trying again" >&2; \
 	       $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
-	       $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; }; \
+	       $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(1) >/dev/null; }; \
 	fi
+endef
+
+## The operator console's browser tests drive Debian's chromium through Playwright (a test
+## tool's own browser download does not work here).
+CHROMIUM := /usr/bin/chromium
+
+browser-install:
+	$(call apt_install_missing,chromium,$(CHROMIUM))
+
+## The fault checker runs a reach worker with a skewed clock through Debian's libfaketime
+## (package faketime).
+FAKETIME := /usr/bin/faketime
+
+faults-install:
+	$(call apt_install_missing,faketime,$(FAKETIME))
+
+## The long fault-checker run, by hand (several minutes): FAULTS_ACTIONS actions under every
+## fault at once, on SQLite and on PostgreSQL; prints the counts and every property broken.
+## FAULTS_SEED repeats a run; the other FAULTS_* settings are in tests/faults/checker.py.
+FAULTS_ACTIONS ?= 2000
+
+faults: install-test faults-install
+	FAULTS_ACTIONS=$(FAULTS_ACTIONS) $(PY) -m tests.faults.checker $(FAULTS_ARGS)
 
 ## Lint, format check (ruff) and type check (mypy); `make format` rewrites.
 lint: install-test
