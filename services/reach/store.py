@@ -671,7 +671,7 @@ class ReachStore:
             alerts: list[ReachAlertRow] = []
             if change.to_state == st.NEEDS_REVIEW and before != st.NEEDS_REVIEW:
                 alerts.append(_alert(row, "needs_review", f"action {row.name!r} needs review", now))
-            task_state = self._after_action_change(session, row, before, now, alerts)
+            task_state = self._after_action_change(session, row, before, now, alerts, clock)
             session.add_all(alerts)
             session.flush()
             return Settled(True, task_state, tuple(a.id for a in alerts))
@@ -693,13 +693,14 @@ class ReachStore:
         before: str,
         now: dt.datetime,
         alerts: list[ReachAlertRow],
+        clock: float,
     ) -> str:
         """Unblocks or skips dependants, then re-derives the task's state and version."""
         actions = self._actions_of(session, changed.task_id)
         if changed.state != before and (
             changed.state == st.SUCCEEDED or changed.state in st.DID_NOT_HAPPEN
         ):
-            for action, was, reason in _propagate(session, actions, now, db_clock(session)):
+            for action, was, reason in _propagate(session, actions, now, clock):
                 self._audit(session, action, was, reason, 0)
         task = session.get(ReachTaskRow, changed.task_id, populate_existing=True)
         assert task is not None

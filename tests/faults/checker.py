@@ -217,8 +217,14 @@ def main(argv: list[str] | None = None) -> int:
     for database in DATABASES if args.database == "both" else (args.database,):
         settings = Settings.from_env(database)
         print(f"running: {settings.describe()}, seed {settings.seed}", flush=True)
-        with tempfile.TemporaryDirectory(prefix="reach-faults-") as folder:
+        # FAULTS_KEEP=1 keeps the workers' logs and the database of a run to read afterwards.
+        if os.environ.get("FAULTS_KEEP") == "1":
+            folder = tempfile.mkdtemp(prefix="reach-faults-")
+            print(f"logs and database kept in {folder}", flush=True)
             report = run(settings, Path(folder))
+        else:
+            with tempfile.TemporaryDirectory(prefix="reach-faults-") as folder:
+                report = run(settings, Path(folder))
         print(report.summary(), flush=True)
         failed |= bool(report.violations)
     return 1 if failed else 0
