@@ -48,7 +48,8 @@ def db_clock(session: Session) -> float:
     if session.get_bind().dialect.name == "postgresql":
         # clock_timestamp(), not now(): now() is when the transaction began.
         expr: Any = cast(extract("epoch", func.clock_timestamp()), Float)
-        return float(session.scalar(select(expr)))
+        value: Any = session.scalar(select(expr))
+        return float(value)
     return _MACHINE.now(session)
 
 
@@ -63,7 +64,8 @@ class _MachineClock:
         since_boot = _seconds_since_boot()
         if since_boot is None:
             return time.time()
-        url = str(session.get_bind().url)
+        bind: Any = session.get_bind()
+        url = str(bind.url)
         offset = self._offset.get(url)
         if offset is None:
             offset = _agreed_offset(session, time.time() - since_boot)
@@ -89,16 +91,15 @@ def _agreed_offset(session: Session, mine: float) -> float:
         boot_id = _BOOT_ID.read_text().strip()
     except OSError:
         boot_id = "unknown"
-    bind = session.get_bind()
-    with bind.connect() as connection:  # type: ignore[union-attr]
+    bind: Any = session.get_bind()
+    with bind.connect() as connection:
         connection.execute(
             sqlite_insert(MachineClockRow)
             .values(boot_id=boot_id, wall_at_boot=mine)
             .on_conflict_do_nothing()
         )
         connection.commit()
-        return float(
-            connection.scalar(
-                select(MachineClockRow.wall_at_boot).where(MachineClockRow.boot_id == boot_id)
-            )
+        agreed: Any = connection.scalar(
+            select(MachineClockRow.wall_at_boot).where(MachineClockRow.boot_id == boot_id)
         )
+        return float(agreed)
