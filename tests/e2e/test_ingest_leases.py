@@ -19,6 +19,7 @@ import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -179,7 +180,9 @@ class Database:
             )
             return dict(rows.all())
 
-    def wait(self, task_ids: list[str], done: set[tuple[str, str]] | set[str], timeout: float):
+    def wait(
+        self, task_ids: list[str], done: set[Any], timeout: float
+    ) -> dict[str, tuple[str, str]]:
         """Waits until every task's (state, phase) or state is in ``done``; the states as
         last seen either way."""
         deadline = time.monotonic() + timeout
