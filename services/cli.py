@@ -14,9 +14,11 @@ import contextlib
 import ctypes
 import ctypes.util
 import datetime as dt
+import hashlib
 import ipaddress
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -241,6 +243,14 @@ def _revoke(settings: Settings, key_id: str | None) -> None:
         engine.dispose()
 
 
+def up_ingest_name(data_dir: Path) -> str:
+    """The ingest process's name under `up`: the same on every start for one machine and
+    data folder, so a start takes back at once the tasks the last run left in flight,
+    instead of when their leases run out."""
+    folder = hashlib.sha256(str(data_dir).encode()).hexdigest()[:8]
+    return f"{socket.gethostname()[:20]}-ingest-{folder}"
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     data_dir = Path(args.data_dir).resolve()
     metrics_port = (
@@ -306,6 +316,8 @@ def cmd_up(args: argparse.Namespace) -> int:
                 component_env["REACHSTORE_METRICS_LISTEN"] = f"{args.host}:{metrics_port}"
             if name == "reach" and reach_metrics_port:
                 component_env["REACHSTORE_METRICS_LISTEN"] = f"{args.host}:{reach_metrics_port}"
+            if name == "ingest" and not env.get("REACHSTORE_WORKER_ID"):
+                component_env["REACHSTORE_WORKER_ID"] = up_ingest_name(data_dir)
             system.start(name, f"services.{name}.main", component_env)
         system.start(
             "bridge",

@@ -64,7 +64,10 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
     ),
     "REACHSTORE_WORKER_ID": (
         "",
-        "Name of this reach process in action leases and logs; default: host name and pid.",
+        "Name of this reach or ingest process in leases and logs; default: host name and "
+        "pid. Names must differ between live processes (in their first 40 characters); an "
+        "ingest process restarted under the same name takes back its earlier run's tasks "
+        "at once instead of when their leases run out.",
     ),
     "REACHSTORE_PII_SECRET": (
         "",
@@ -83,6 +86,17 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
     ),
     "REACHSTORE_QUERY_MAX_NAMESPACES": ("32", "Most namespaces one query may name."),
     "REACHSTORE_INGEST_BATCH_CHUNKS": ("64", "Chunks the ingest worker embeds in one call."),
+    "REACHSTORE_INGEST_LEASE_S": (
+        "30",
+        "Seconds an ingest process holds the tasks it claimed, by the database's clock, "
+        "unless it renews them; tasks whose lease ran out (their process died) are taken "
+        "back by any ingest process. At least 1.",
+    ),
+    "REACHSTORE_INGEST_HEARTBEAT_S": (
+        "10",
+        "Seconds between renewals of an ingest process's leases while it works on a claim; "
+        "at most half of REACHSTORE_INGEST_LEASE_S, so one late renewal loses nothing.",
+    ),
     "REACHSTORE_FAULT_NAMESPACE_DELAY_MS": (
         "",
         "Fault injection for tests and drills: `ns=ms,ns2=ms` delays every search of those "
@@ -166,6 +180,20 @@ def _replicas(env: Mapping[str, str], name: str) -> str:
     return raw
 
 
+def _ingest_lease(env: Mapping[str, str]) -> tuple[float, float]:
+    """(lease, heartbeat) seconds of the ingest worker, checked against each other."""
+    lease_s = _seconds(env, "REACHSTORE_INGEST_LEASE_S")
+    heartbeat_s = _seconds(env, "REACHSTORE_INGEST_HEARTBEAT_S")
+    if lease_s < 1:
+        raise ConfigError(f"REACHSTORE_INGEST_LEASE_S must be at least 1 second, got {lease_s:g}")
+    if heartbeat_s > lease_s / 2:
+        raise ConfigError(
+            f"REACHSTORE_INGEST_HEARTBEAT_S must be at most half of REACHSTORE_INGEST_LEASE_S "
+            f"({lease_s:g}), got {heartbeat_s:g}: a lease must outlast one late renewal"
+        )
+    return lease_s, heartbeat_s
+
+
 def _delays(raw: str) -> dict[str, int]:
     delays: dict[str, int] = {}
     for item in filter(None, (part.strip() for part in raw.split(","))):
@@ -206,6 +234,8 @@ class Settings:
     http_head_timeout_s: float = 10.0
     http_body_timeout_s: float = 60.0
     http_max_connections: int = 2000
+    ingest_lease_s: float = 30.0
+    ingest_heartbeat_s: float = 10.0
 
     @classmethod
     def from_env(
@@ -221,6 +251,7 @@ class Settings:
         )
         default_ms = _int(env, "REACHSTORE_QUERY_TIMEOUT_DEFAULT_MS", 1)
         cap_ms = _int(env, "REACHSTORE_QUERY_TIMEOUT_CAP_MS", 1)
+        ingest_lease_s, ingest_heartbeat_s = _ingest_lease(env)
         if default_ms > cap_ms:
             raise ConfigError(
                 "REACHSTORE_QUERY_TIMEOUT_DEFAULT_MS must not exceed "
@@ -259,4 +290,6 @@ class Settings:
             http_head_timeout_s=_seconds(env, "REACHSTORE_HTTP_HEAD_TIMEOUT_S"),
             http_body_timeout_s=_seconds(env, "REACHSTORE_HTTP_BODY_TIMEOUT_S"),
             http_max_connections=_int(env, "REACHSTORE_HTTP_MAX_CONNECTIONS", 1),
+            ingest_lease_s=ingest_lease_s,
+            ingest_heartbeat_s=ingest_heartbeat_s,
         )

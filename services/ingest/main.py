@@ -35,9 +35,16 @@ def main() -> None:
     init_schema(engine)
     sessions = make_sessions(engine)
     auditor, shipping, _ = auditing(sessions, settings, ["ingest", "admin"])
-    store, tasks = SemanticStore(sessions), TaskStore(sessions)
+    store = SemanticStore(sessions)
+    tasks = TaskStore(sessions, settings.worker_id, settings.ingest_lease_s)
     embedder = default_embedder(settings.embed_threads)
-    worker = IngestWorker(store, tasks, embedder, settings.ingest_batch_chunks)
+    worker = IngestWorker(
+        store,
+        tasks,
+        embedder,
+        settings.ingest_batch_chunks,
+        heartbeat_s=settings.ingest_heartbeat_s,
+    )
     thread = threading.Thread(target=worker.run, name="ingest-worker", daemon=True)
     thread.start()
     servicer = IngestServicer(store, tasks, embedder, worker.wake, settings.limits)

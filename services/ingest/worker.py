@@ -5,6 +5,10 @@ Several tasks are processed together so the embedder sees large batches (one cal
 short documents is several times faster than one call each). Each document is committed in
 its own transaction, after a last check for a cancel, so a document becomes searchable
 whole or not at all, and a crash anywhere before the commit leaves the task to be re-run.
+
+A claim is held under a lease (``services/storage/tasks.py``) that a thread of its own
+renews while the claim is chunked, embedded and committed, since embedding a large claim
+takes longer than a lease. The commit only stores the tasks still held under the lease.
 """
 
 from __future__ import annotations
@@ -28,9 +32,10 @@ from services.storage.tasks import ClaimedTask, TaskStore
 
 log = logging.getLogger(__name__)
 
-# How long an idle worker waits before looking for tasks queued by another process. A
-# submit in this process wakes it at once.
+# How long an idle worker waits before looking for tasks queued by another process (or
+# left by one whose lease ran out). A submit in this process wakes it at once.
 IDLE_POLL_SECONDS = 0.5
+DEFAULT_HEARTBEAT_S = 10.0
 
 
 def sha256(text: str) -> str:
@@ -53,6 +58,47 @@ class _Work:
     vectors: np.ndarray | None = None
 
 
+class _Heartbeat:
+    """Renews one claim's lease every ``interval`` seconds while the claim is worked on.
+
+    A renewal that fails (the database is away) is tried again at the next beat; should the
+    lease run out meanwhile, another process may take the tasks, and the commit's fence
+    keeps this one from storing them. A renewal that finds tasks gone is logged: they are
+    not committed here."""
+
+    def __init__(self, tasks: TaskStore, lease: str, task_ids: list[str], interval: float):
+        self._tasks, self._lease, self._interval = tasks, lease, interval
+        self._expected = set(task_ids)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ingest-lease", daemon=True)
+
+    def __enter__(self) -> _Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                still_ours = self._tasks.renew(self._lease)
+            except Exception:  # noqa: BLE001 - the database is away; the next beat tries again
+                log.warning("renewing lease %s failed", self._lease, exc_info=True)
+                continue
+            lost = self._expected - still_ours
+            if lost:
+                log.warning(
+                    "lease %s no longer holds %d task(s) (taken over after it ran out, or "
+                    "deleted); they will not be committed here: %s",
+                    self._lease,
+                    len(lost),
+                    ", ".join(sorted(lost)),
+                )
+                self._expected -= lost
+
+
 class IngestWorker:
     def __init__(
         self,
@@ -61,12 +107,14 @@ class IngestWorker:
         embedder: Embedder,
         batch_chunks: int,
         max_tasks_per_claim: int = 32,
+        heartbeat_s: float = DEFAULT_HEARTBEAT_S,
     ) -> None:
         self._store = store
         self._tasks = tasks
         self._embedder = embedder
         self._batch_chunks = batch_chunks
         self._max_tasks = max_tasks_per_claim
+        self._heartbeat_s = heartbeat_s
         self._wake = threading.Event()
         self._stop = threading.Event()
 
@@ -78,7 +126,11 @@ class IngestWorker:
         self._wake.set()
 
     def run(self) -> None:
-        requeued = self._tasks.recover()
+        try:
+            requeued = self._tasks.recover()
+        except Exception:  # noqa: BLE001 - the store is unreachable; leases run out instead
+            log.exception("taking back this process's earlier tasks failed")
+            requeued = 0
         if requeued:
             log.info("resuming %d task(s) that were in flight at the last stop", requeued)
         while not self._stop.is_set():
@@ -95,21 +147,31 @@ class IngestWorker:
         """Processes one claim of tasks; returns how many it claimed."""
         claimed = self._tasks.claim(self._max_tasks)
         if claimed:
+            self.process(claimed)
+        return len(claimed)
+
+    def process(self, claimed: list[ClaimedTask]) -> None:
+        """Works on tasks this worker has claimed (one claim: they share one lease) while
+        renewing their lease; a claim that breaks fails its unfinished tasks."""
+        ids = [t.task_id for t in claimed]
+        lease = claimed[0].lease
+        with _Heartbeat(self._tasks, lease, ids, self._heartbeat_s):
             try:
-                self.process(claimed)
+                self._process(claimed)
             except Exception as exc:  # noqa: BLE001 - a broken batch must not kill the worker
                 # Failed, not re-queued: a document that breaks the pipeline would otherwise
                 # break it again on every retry. The error is retryable for the caller.
                 log.exception("ingest batch of %d task(s) failed", len(claimed))
                 self._tasks.fail_unfinished(
-                    [t.task_id for t in claimed],
+                    lease,
+                    ids,
                     errors.INTERNAL.code,
                     f"processing failed unexpectedly ({type(exc).__name__}); it was logged",
                 )
-        return len(claimed)
 
-    def process(self, claimed: list[ClaimedTask]) -> None:
-        """Chunks, embeds and commits tasks this worker has claimed."""
+    def _process(self, claimed: list[ClaimedTask]) -> None:
+        """Chunks, embeds and commits one claim."""
+        lease = claimed[0].lease
         with self._store.begin() as session:
             # Fail early what cannot succeed, before paying for embeddings.
             work = []
@@ -124,9 +186,9 @@ class IngestWorker:
         for item in work:
             item.chunks = chunk_text(item.task.text)
         ids = [w.task.task_id for w in work]
-        self._tasks.set_phase(ids, "embedding", 40)
+        self._tasks.set_phase(lease, ids, "embedding", 40)
         self._embed(work)
-        self._tasks.set_phase(ids, "indexing", 80)
+        self._tasks.set_phase(lease, ids, "indexing", 80)
         self._commit_all(work)
 
     def _fail(self, session: Session, task: ClaimedTask, error: errors.ReachstoreError) -> None:
@@ -134,6 +196,7 @@ class IngestWorker:
         data = json_format.MessageToDict(error.failure.structured_data)
         self._tasks.finish(
             session,
+            task.lease,
             task.task_id,
             states.FAILED,
             error_code=error.code,
@@ -214,15 +277,18 @@ class IngestWorker:
 
     def _commit(self, session: Session, work: list[_Work]) -> None:
         """Makes each document searchable, or records why not. The refusal checks run again
-        because the state may have changed while embedding; a cancel that arrived wins."""
-        states_now = self._tasks.lock_states(session, [w.task.task_id for w in work])
+        because the state may have changed while embedding; a cancel that arrived wins. Only
+        tasks still held under the claim's lease are touched: one missing from the locked
+        states was taken over by another process, which will store it itself."""
+        lease = work[0].task.lease
+        states_now = self._tasks.lock_states(session, lease, [w.task.task_id for w in work])
         completed = []
         for item in work:
             task = item.task
             if states_now.get(task.task_id) != states.PROCESSING:
                 if states_now.get(task.task_id) == states.CANCELLING:
-                    self._tasks.finish(session, task.task_id, states.CANCELLED)
-                continue  # cancelled or deleted with its namespace meanwhile
+                    self._tasks.finish(session, lease, task.task_id, states.CANCELLED)
+                continue  # cancelled, deleted with its namespace, or taken over meanwhile
             verdict = self._judge(session, task)
             if verdict.refusal is not None:
                 self._fail(session, task, verdict.refusal)
@@ -244,4 +310,4 @@ class IngestWorker:
                     chunks,
                 )
             completed.append(task.task_id)
-        self._tasks.finish(session, completed, states.COMPLETED)
+        self._tasks.finish(session, lease, completed, states.COMPLETED)

@@ -139,6 +139,11 @@ class TaskRow(Base):
     error_data_json: Mapped[str] = mapped_column(Text, default="{}")
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # The lease of the ingest process working on the task (see ``tasks.py``): who holds it
+    # (or last held it; empty while it was never claimed) and until when, by the database's
+    # clock. Added after the first release: nullable or with a server default.
+    lease_owner: Mapped[str] = mapped_column(String(64), default="", server_default="")
+    lease_until: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
 class ApiKeyRow(Base):

@@ -1,18 +1,53 @@
-"""Durable ingest tasks: enqueue, claim, progress, finish, cancel, recover."""
+"""Durable ingest tasks: enqueue, claim, progress, finish, cancel, recover.
+
+Any number of ingest processes share the task table, so a process works on a task only
+under a lease:
+
+- ``claim`` stamps the tasks it takes with a lease token of its own (the process's name
+  and a number per claim) and an expiry, in one UPDATE (with ``FOR UPDATE SKIP LOCKED`` on
+  PostgreSQL), so no two processes take the same task.
+- The holder renews the lease while it works (``renew``). A lease that runs out means its
+  holder died or stalled: the next ``claim`` of any process takes the task back
+  (``processing``: claimed again and re-run from the start, which is safe because
+  committing a document is one transaction; ``cancelling``: ended ``cancelled``).
+- Every write of the holder is fenced by its token, so a process that lost a lease (it
+  stalled past it and another took over) cannot store or finish that task any more.
+
+Leases are judged by the database's clock, in SQL, never by a process's own clock, so a
+process whose clock is wrong cannot take a live process's tasks or keep a dead one's.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import itertools
 import json
+import logging
+import secrets
 import uuid
 from collections.abc import Sequence
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, delete, select, update
+from sqlalchemy import (
+    CursorResult,
+    DateTime,
+    Float,
+    delete,
+    func,
+    literal,
+    literal_column,
+    select,
+    type_coerce,
+    update,
+)
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.sql.elements import ColumnElement
 
+from services.common.config import process_name
 from services.storage.models import TaskRow, utcnow
+
+log = logging.getLogger(__name__)
 
 QUEUED, PROCESSING, COMPLETED, FAILED, CANCELLING, CANCELLED = (
     "queued",
@@ -23,6 +58,14 @@ QUEUED, PROCESSING, COMPLETED, FAILED, CANCELLING, CANCELLED = (
     "cancelled",
 )
 FINISHED = (COMPLETED, FAILED, CANCELLED)
+# The states in which a task is held under a lease.
+LEASED = (PROCESSING, CANCELLING)
+
+DEFAULT_LEASE_S = 30.0
+# A lease token is the holder's name, ':', a random run id and '.', the claim's number; it
+# fits the 64 characters of ``lease_owner`` with names cut to this length, so the first
+# 40 characters of a name must tell live processes apart.
+_NAME_CHARS = 40
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +105,8 @@ class ClaimedTask:
     text: str
     metadata: dict[str, str]
     on_duplicate: str
+    # The lease it is held under; every write about the task passes it back as the fence.
+    lease: str
     # Set when the task was refused on arrival: (error code, message, data) to fail it with.
     refusal: tuple[str, str, dict[str, Any]] | None = None
 
@@ -88,9 +133,57 @@ def new_task_id() -> str:
     return uuid.uuid4().hex
 
 
+def db_now(session: Session, seconds_ahead: float = 0.0) -> ColumnElement[Any]:
+    """The database's clock, ``seconds_ahead`` in the future, as SQL: leases are written
+    and compared with this alone.
+
+    PostgreSQL: the server's ``clock_timestamp()`` (the time now, not the transaction's
+    start). SQLite: the machine's clock. SQLite runs inside each process and one database
+    file must not be shared between machines, so every process using it reads the same
+    clock. The text form is the one SQLAlchemy stores datetimes in on SQLite
+    (microseconds as six digits), so stored leases compare with it as text.
+    """
+    if session.get_bind().dialect.name == "sqlite":
+        return func.strftime("%Y-%m-%d %H:%M:%f000", "now", f"{seconds_ahead:+.3f} seconds")
+    seconds = literal(seconds_ahead, Float) * literal_column("interval '1 second'")
+    return type_coerce(func.clock_timestamp() + seconds, DateTime(timezone=True))
+
+
+def _lease_ended(now: ColumnElement[Any]) -> ColumnElement[bool]:
+    # No expiry: held by a version that had no leases; nothing renews it.
+    return TaskRow.lease_until.is_(None) | (TaskRow.lease_until < now)
+
+
+def _claimable(now: ColumnElement[Any]) -> ColumnElement[bool]:
+    """Queued, or processing under a lease that ran out."""
+    return (TaskRow.state == QUEUED) | ((TaskRow.state == PROCESSING) & _lease_ended(now))
+
+
+def _abandoned_cancel(now: ColumnElement[Any]) -> ColumnElement[bool]:
+    """A cancel its holder can no longer carry out: it is ended by whoever sees it."""
+    return (TaskRow.state == CANCELLING) & _lease_ended(now)
+
+
 class TaskStore:
-    def __init__(self, sessions: sessionmaker[Session]) -> None:
+    """The task table. ``holder`` names this process in the leases it takes (default: host
+    name and pid); names must differ between live processes. ``lease_s`` is how long a
+    claim or a renewal holds a task."""
+
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        holder: str = "",
+        lease_s: float = DEFAULT_LEASE_S,
+    ) -> None:
         self._sessions = sessions
+        self.lease_s = lease_s
+        self._name = (holder or process_name())[:_NAME_CHARS]
+        # Tells this run's leases from those an earlier run under the same name left.
+        self._run = secrets.token_hex(4)
+        self._claims = itertools.count(1)
+
+    def _new_lease(self) -> str:
+        return f"{self._name}:{self._run}.{next(self._claims)}"
 
     def enqueue(
         self, tenant: str, tasks: Sequence[NewTask], submitted_by: str = ""
@@ -166,18 +259,62 @@ class TaskStore:
             return None if row is None else _info(row)
 
     def claim(self, limit: int) -> list[ClaimedTask]:
-        """Moves up to ``limit`` queued tasks, oldest first, to processing."""
+        """Takes up to ``limit`` tasks, oldest first, under a new lease: queued ones and
+        processing ones whose lease ran out. Cancelling tasks whose lease ran out are ended
+        ``cancelled`` on the way (their holder will never do it)."""
         with self._sessions.begin() as session:
-            rows = session.scalars(
-                select(TaskRow)
-                .where(TaskRow.state == QUEUED)
+            now = db_now(session)
+            # A read first, so an idle poll writes nothing (on SQLite any write, even of no
+            # rows, takes the database's one write lock).
+            seen = session.execute(
+                select(TaskRow.task_id, TaskRow.state, TaskRow.lease_owner)
+                .where(_claimable(now) | _abandoned_cancel(now))
+                .order_by(TaskRow.created_at, TaskRow.task_id)
+                .limit(limit)
+            ).all()
+            if not seen:
+                return []
+            if any(state == CANCELLING for _, state, _ in seen):
+                session.execute(
+                    update(TaskRow)
+                    .where(_abandoned_cancel(now))
+                    .values(
+                        state=CANCELLED, phase="", text=None, lease_until=None, updated_at=utcnow()
+                    )
+                    .execution_options(synchronize_session=False)
+                )
+            lease = self._new_lease()
+            # One UPDATE picks and stamps the rows, so two processes cannot both take one:
+            # PostgreSQL skips rows another claim has locked, SQLite holds its write lock.
+            due = (
+                select(TaskRow.task_id)
+                .where(_claimable(now))
                 .order_by(TaskRow.created_at, TaskRow.task_id)
                 .limit(limit)
                 .with_for_update(skip_locked=True)
-            ).all()
-            now = utcnow()
+            )
+            session.execute(
+                update(TaskRow)
+                .where(TaskRow.task_id.in_(due.scalar_subquery()))
+                .values(
+                    state=PROCESSING,
+                    phase="chunking",
+                    percent=10,
+                    lease_owner=lease,
+                    lease_until=db_now(session, self.lease_s),
+                    updated_at=utcnow(),
+                )
+                .execution_options(synchronize_session=False)
+            )
+            rows = session.scalars(select(TaskRow).where(TaskRow.lease_owner == lease)).all()
+            taken_over = {task_id: owner for task_id, state, owner in seen if state == PROCESSING}
             for row in rows:
-                row.state, row.phase, row.percent, row.updated_at = PROCESSING, "chunking", 10, now
+                if row.task_id in taken_over:
+                    log.warning(
+                        "taking over task %s: the lease of %s ran out",
+                        row.task_id,
+                        taken_over[row.task_id] or "a process without leases",
+                    )
             return [
                 ClaimedTask(
                     r.task_id,
@@ -187,6 +324,7 @@ class TaskStore:
                     r.text or "",
                     json.loads(r.metadata_json),
                     r.on_duplicate,
+                    lease,
                     (r.error_code, r.error_message, json.loads(r.error_data_json))
                     if r.error_code
                     else None,
@@ -194,31 +332,60 @@ class TaskStore:
                 for r in rows
             ]
 
-    def set_phase(self, task_ids: Sequence[str], phase: str, percent: int) -> None:
+    def renew(self, lease: str) -> set[str]:
+        """Extends ``lease`` from now on the database's clock. Returns the ids of the tasks
+        still under it: held, or finished by its holder (a finished task keeps its last
+        lease). A task of the claim missing from them was taken over by another process
+        after the lease ran out, or deleted with its namespace."""
         with self._sessions.begin() as session:
             session.execute(
                 update(TaskRow)
-                .where(TaskRow.task_id.in_(list(task_ids)), TaskRow.state == PROCESSING)
-                .values(phase=phase, percent=percent, updated_at=utcnow())
+                .where(TaskRow.lease_owner == lease, TaskRow.state.in_(LEASED))
+                .values(lease_until=db_now(session, self.lease_s))
+                .execution_options(synchronize_session=False)
+            )
+            return set(session.scalars(select(TaskRow.task_id).where(TaskRow.lease_owner == lease)))
+
+    def set_phase(self, lease: str, task_ids: Sequence[str], phase: str, percent: int) -> None:
+        """Progress of tasks held under ``lease``; it renews the lease too."""
+        with self._sessions.begin() as session:
+            session.execute(
+                update(TaskRow)
+                .where(
+                    TaskRow.task_id.in_(list(task_ids)),
+                    TaskRow.state == PROCESSING,
+                    TaskRow.lease_owner == lease,
+                )
+                .values(
+                    phase=phase,
+                    percent=percent,
+                    lease_until=db_now(session, self.lease_s),
+                    updated_at=utcnow(),
+                )
+                .execution_options(synchronize_session=False)
             )
 
-    def lock_states(self, session: Session, task_ids: Sequence[str]) -> dict[str, str]:
-        """The states of tasks this worker holds, locked until the caller's transaction ends,
-        so a cancel cannot slip in between this read and the commit. The no-op UPDATE takes
-        the write lock on SQLite (where SELECT ... FOR UPDATE does nothing) and the row
-        locks on PostgreSQL."""
-        ids = list(task_ids)
+    def lock_states(self, session: Session, lease: str, task_ids: Sequence[str]) -> dict[str, str]:
+        """The states of those of ``task_ids`` still held under ``lease``, locked until the
+        caller's transaction ends, so neither a cancel nor a takeover can slip in between
+        this read and the commit. A task missing from the answer must not be committed:
+        another process holds it now. The no-op UPDATE takes the write lock on SQLite
+        (where SELECT ... FOR UPDATE does nothing) and the row locks on PostgreSQL; it
+        leaves rows of other leases alone, so it never waits for another process's locks."""
+        held = TaskRow.task_id.in_(list(task_ids)) & (TaskRow.lease_owner == lease)
         session.execute(
-            update(TaskRow).where(TaskRow.task_id.in_(ids)).values(updated_at=TaskRow.updated_at)
+            update(TaskRow)
+            .where(held)
+            .values(updated_at=TaskRow.updated_at)
+            .execution_options(synchronize_session=False)
         )
-        rows = session.execute(
-            select(TaskRow.task_id, TaskRow.state).where(TaskRow.task_id.in_(ids))
-        )
+        rows = session.execute(select(TaskRow.task_id, TaskRow.state).where(held))
         return {task_id: state for task_id, state in rows}
 
     def finish(
         self,
         session: Session,
+        lease: str,
         task_ids: str | Sequence[str],
         state: str,
         *,
@@ -226,15 +393,16 @@ class TaskStore:
         error_message: str = "",
         error_data: dict[str, Any] | None = None,
     ) -> None:
-        """Final state of one or more tasks, in the caller's transaction. The submitted text
-        is dropped once the document is stored (or will never be), so tasks do not keep a
-        second copy of it."""
+        """Final state of one or more tasks held under ``lease``, in the caller's
+        transaction. The submitted text is dropped once the document is stored (or will
+        never be), so tasks do not keep a second copy of it. The lease's token stays as
+        the task's last holder."""
         ids = [task_ids] if isinstance(task_ids, str) else list(task_ids)
         if not ids:
             return
         session.execute(
             update(TaskRow)
-            .where(TaskRow.task_id.in_(ids))
+            .where(TaskRow.task_id.in_(ids), TaskRow.lease_owner == lease)
             .values(
                 state=state,
                 phase="",
@@ -243,16 +411,24 @@ class TaskStore:
                 error_message=error_message,
                 error_data_json=json.dumps(error_data or {}, ensure_ascii=False),
                 text=None,
+                lease_until=None,
                 updated_at=utcnow(),
             )
         )
 
-    def fail_unfinished(self, task_ids: Sequence[str], error_code: str, message: str) -> None:
-        """Fails the tasks of a batch that broke, except those that already finished."""
+    def fail_unfinished(
+        self, lease: str, task_ids: Sequence[str], error_code: str, message: str
+    ) -> None:
+        """Fails the tasks of a batch that broke, except those that already finished or are
+        no longer held under ``lease``."""
         with self._sessions.begin() as session:
             session.execute(
                 update(TaskRow)
-                .where(TaskRow.task_id.in_(list(task_ids)), TaskRow.state.not_in(FINISHED))
+                .where(
+                    TaskRow.task_id.in_(list(task_ids)),
+                    TaskRow.state.not_in(FINISHED),
+                    TaskRow.lease_owner == lease,
+                )
                 .values(
                     state=FAILED,
                     phase="",
@@ -261,12 +437,15 @@ class TaskStore:
                     error_message=message,
                     error_data_json="{}",
                     text=None,
+                    lease_until=None,
                     updated_at=utcnow(),
                 )
             )
 
     def request_cancel(self, tenant: str, task_id: str) -> TaskInfo | None:
-        """Queued -> cancelled at once; processing -> cancelling; finished: unchanged."""
+        """Queued -> cancelled at once; processing -> cancelling, which the task's holder
+        ends ``cancelled`` at its commit (or any claim does, once its lease ran out);
+        finished: unchanged."""
         with self._sessions.begin() as session:
             row = session.scalar(
                 select(TaskRow)
@@ -282,20 +461,27 @@ class TaskStore:
             return _info(row)
 
     def recover(self) -> int:
-        """After a restart: work that was in flight is queued again (it is re-run from the
-        start, which is safe because committing a document is one transaction), and cancels
-        that were pending take effect. Returns how many tasks were re-queued."""
+        """At start: tasks an earlier run of this process left under its own name (it
+        stopped mid-claim or crashed) are taken back now rather than when their leases run
+        out: processing ones are queued again, pending cancels take effect. Leases of any
+        other name are left alone, live or not; ``claim`` takes those back once they run
+        out. Returns how many tasks were re-queued."""
+        earlier_run = TaskRow.lease_owner.startswith(f"{self._name}:", autoescape=True) & (
+            ~TaskRow.lease_owner.startswith(f"{self._name}:{self._run}.", autoescape=True)
+        )
         with self._sessions.begin() as session:
             result = session.execute(
                 update(TaskRow)
-                .where(TaskRow.state == PROCESSING)
-                .values(state=QUEUED, phase="", percent=0, updated_at=utcnow())
+                .where(TaskRow.state == PROCESSING, earlier_run)
+                .values(state=QUEUED, phase="", percent=0, lease_until=None, updated_at=utcnow())
+                .execution_options(synchronize_session=False)
             )
             requeued = cast(CursorResult[Any], result).rowcount
             session.execute(
                 update(TaskRow)
-                .where(TaskRow.state == CANCELLING)
-                .values(state=CANCELLED, phase="", text=None, updated_at=utcnow())
+                .where(TaskRow.state == CANCELLING, earlier_run)
+                .values(state=CANCELLED, phase="", text=None, lease_until=None, updated_at=utcnow())
+                .execution_options(synchronize_session=False)
             )
             return requeued
 

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from sqlalchemy import update
 
 from services.embedding import UsemEmbedder
 from services.ingest.worker import IngestWorker
 from services.storage import tasks as states
 from services.storage.engine import init_schema, make_engine, make_sessions
+from services.storage.models import TaskRow
 from services.storage.repository import SemanticStore
-from services.storage.tasks import NewTask, TaskStore
+from services.storage.tasks import NewTask, TaskStore, db_now
 
 TENANT = "t"
+HOLDER = "ingest-test"
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +33,7 @@ def parts(
     engine = make_engine(database_url)
     init_schema(engine)
     sessions = make_sessions(engine)
-    store, tasks = SemanticStore(sessions), TaskStore(sessions)
+    store, tasks = SemanticStore(sessions), TaskStore(sessions, HOLDER)
     store.create_namespace(TENANT, "docs", embedder.model_id, embedder.dimension)
     yield store, tasks, IngestWorker(store, tasks, embedder, batch_chunks=16)
     engine.dispose()
@@ -99,12 +103,17 @@ def test_a_cancel_that_arrives_while_processing_wins_at_the_commit(parts) -> Non
     assert store.get_document(TENANT, "docs", "d1") is None
 
 
+def _restarted(tasks: TaskStore) -> TaskStore:
+    """The task store of the same process started again: same name, a new run."""
+    return TaskStore(tasks._sessions, HOLDER)
+
+
 def test_a_pending_cancel_takes_effect_after_a_restart(parts) -> None:  # type: ignore[no-untyped-def]
     _store, tasks, _worker = parts
     task_id = _submit(tasks, "d1", "text")
     tasks.claim(1)
     tasks.request_cancel(TENANT, task_id)
-    assert tasks.recover() == 0
+    assert _restarted(tasks).recover() == 0
     assert tasks.get(TENANT, task_id).state == states.CANCELLED
 
 
@@ -112,7 +121,7 @@ def test_tasks_in_flight_at_a_crash_are_resumed(parts) -> None:  # type: ignore[
     store, tasks, worker = parts
     ids = [_submit(tasks, f"d{i}", f"document {i}") for i in range(3)]
     tasks.claim(3)  # a worker took them, then the process died
-    assert tasks.recover() == 3
+    assert _restarted(tasks).recover() == 3
     assert worker.run_once() == 3
     assert all(tasks.get(TENANT, i).state == states.COMPLETED for i in ids)
     assert store.get_namespace(TENANT, "docs").document_count == 3
@@ -144,3 +153,60 @@ def test_a_batch_that_breaks_fails_its_tasks_instead_of_leaving_them_stuck(parts
         task = tasks.get(TENANT, task_id)
         assert (task.state, task.error_code) == (states.FAILED, "INTERNAL")
     assert store.get_namespace(TENANT, "docs").document_count == 0
+
+
+class _HookedEmbedder:
+    """The real embedder, running ``hook`` before its first call: what another process
+    does while this worker embeds."""
+
+    def __init__(self, real: UsemEmbedder, hook) -> None:  # type: ignore[no-untyped-def]
+        self.model_id, self.dimension = real.model_id, real.dimension
+        self._real, self._hook = real, hook
+
+    def embed(self, texts):  # type: ignore[no-untyped-def]
+        if self._hook is not None:
+            hook, self._hook = self._hook, None
+            hook()
+        return self._real.embed(texts)
+
+
+def test_a_worker_that_lost_its_lease_while_embedding_stores_nothing_of_it(parts, embedder) -> None:  # type: ignore[no-untyped-def]
+    store, tasks, _worker = parts
+    other = TaskStore(tasks._sessions, "ingest-other")
+    ids = [_submit(tasks, f"d{i}", f"document {i}", "overwrite") for i in range(2)]
+    taken: list = []
+
+    def stall_past_the_lease() -> None:
+        with tasks._sessions.begin() as session:
+            session.execute(update(TaskRow).values(lease_until=db_now(session, -60.0)))
+        taken.extend(other.claim(5))
+
+    slow = IngestWorker(store, tasks, _HookedEmbedder(embedder, stall_past_the_lease), 16)
+    assert slow.run_once() == 2
+    assert sorted(t.task_id for t in taken) == sorted(ids)
+    assert all(tasks.get(TENANT, i).state == states.PROCESSING for i in ids)
+    assert store.get_namespace(TENANT, "docs").document_count == 0  # nothing stored by it
+    IngestWorker(store, other, embedder, batch_chunks=16).process(taken)
+    assert all(tasks.get(TENANT, i).state == states.COMPLETED for i in ids)
+    ns = store.get_namespace(TENANT, "docs")
+    assert store.changed_documents(TENANT, ns.id, 0, 10) == {"d0", "d1"}
+    assert ns.change_seq == 2  # each document committed once
+
+
+def test_renewals_keep_a_claim_that_outlasts_its_lease(parts, embedder) -> None:  # type: ignore[no-untyped-def]
+    store, _tasks, _worker = parts
+    short = TaskStore(_tasks._sessions, HOLDER, lease_s=1.0)
+    other = TaskStore(_tasks._sessions, "ingest-other")
+    task_id = _submit(short, "d1", "text")
+    seen_by_other: list = []
+
+    def embed_for_three_leases() -> None:
+        time.sleep(3.0)
+        seen_by_other.extend(other.claim(5))
+
+    worker = IngestWorker(
+        store, short, _HookedEmbedder(embedder, embed_for_three_leases), 16, heartbeat_s=0.2
+    )
+    assert worker.run_once() == 1
+    assert seen_by_other == []
+    assert short.get(TENANT, task_id).state == states.COMPLETED

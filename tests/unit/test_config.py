@@ -31,3 +31,31 @@ def test_bad_settings_fail_fast_naming_the_setting(env: dict[str, str], named: s
 def test_fault_delays_parse_per_namespace() -> None:
     settings = Settings.from_env({"REACHSTORE_FAULT_NAMESPACE_DELAY_MS": "slow=500, slower=900"})
     assert settings.fault_namespace_delay_ms == {"slow": 500, "slower": 900}
+
+
+def test_ingest_leases_default_to_thirty_seconds_renewed_every_ten() -> None:
+    settings = Settings.from_env({})
+    assert (settings.ingest_lease_s, settings.ingest_heartbeat_s) == (30.0, 10.0)
+    short = Settings.from_env(
+        {"REACHSTORE_INGEST_LEASE_S": "2", "REACHSTORE_INGEST_HEARTBEAT_S": "0.5"}
+    )
+    assert (short.ingest_lease_s, short.ingest_heartbeat_s) == (2.0, 0.5)
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"REACHSTORE_INGEST_LEASE_S": "soon"}, "REACHSTORE_INGEST_LEASE_S must be a number"),
+        ({"REACHSTORE_INGEST_LEASE_S": "0.5"}, "REACHSTORE_INGEST_LEASE_S must be at least 1"),
+        ({"REACHSTORE_INGEST_HEARTBEAT_S": "0"}, "REACHSTORE_INGEST_HEARTBEAT_S must be more"),
+        (
+            {"REACHSTORE_INGEST_LEASE_S": "10", "REACHSTORE_INGEST_HEARTBEAT_S": "6"},
+            r"HEARTBEAT_S must be at most half of REACHSTORE_INGEST_LEASE_S \(10\), got 6",
+        ),
+    ],
+)
+def test_bad_ingest_lease_settings_are_refused_saying_why(
+    env: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        Settings.from_env(env)
