@@ -31,20 +31,15 @@ from typing import Any, cast
 
 from sqlalchemy import (
     CursorResult,
-    DateTime,
-    Float,
     delete,
-    func,
-    literal,
-    literal_column,
     select,
-    type_coerce,
     update,
 )
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.sql.elements import ColumnElement
 
 from services.common.config import process_name
+from services.storage.clock import db_clock
 from services.storage.models import TaskRow, utcnow
 
 log = logging.getLogger(__name__)
@@ -133,33 +128,23 @@ def new_task_id() -> str:
     return uuid.uuid4().hex
 
 
-def db_now(session: Session, seconds_ahead: float = 0.0) -> ColumnElement[Any]:
-    """The database's clock, ``seconds_ahead`` in the future, as SQL: leases are written
-    and compared with this alone.
-
-    PostgreSQL: the server's ``clock_timestamp()`` (the time now, not the transaction's
-    start). SQLite: the machine's clock. SQLite runs inside each process and one database
-    file must not be shared between machines, so every process using it reads the same
-    clock. The text form is the one SQLAlchemy stores datetimes in on SQLite
-    (microseconds as six digits), so stored leases compare with it as text.
-    """
-    if session.get_bind().dialect.name == "sqlite":
-        return func.strftime("%Y-%m-%d %H:%M:%f000", "now", f"{seconds_ahead:+.3f} seconds")
-    seconds = literal(seconds_ahead, Float) * literal_column("interval '1 second'")
-    return type_coerce(func.clock_timestamp() + seconds, DateTime(timezone=True))
+def db_now(session: Session, seconds_ahead: float = 0.0) -> dt.datetime:
+    """The database's clock (``services.storage.clock``), ``seconds_ahead`` in the future:
+    leases are written and compared with this alone, never with a process's own clock."""
+    return dt.datetime.fromtimestamp(db_clock(session) + seconds_ahead, dt.UTC)
 
 
-def _lease_ended(now: ColumnElement[Any]) -> ColumnElement[bool]:
+def _lease_ended(now: dt.datetime) -> ColumnElement[bool]:
     # No expiry: held by a version that had no leases; nothing renews it.
     return TaskRow.lease_until.is_(None) | (TaskRow.lease_until < now)
 
 
-def _claimable(now: ColumnElement[Any]) -> ColumnElement[bool]:
+def _claimable(now: dt.datetime) -> ColumnElement[bool]:
     """Queued, or processing under a lease that ran out."""
     return (TaskRow.state == QUEUED) | ((TaskRow.state == PROCESSING) & _lease_ended(now))
 
 
-def _abandoned_cancel(now: ColumnElement[Any]) -> ColumnElement[bool]:
+def _abandoned_cancel(now: dt.datetime) -> ColumnElement[bool]:
     """A cancel its holder can no longer carry out: it is ended by whoever sees it."""
     return (TaskRow.state == CANCELLING) & _lease_ended(now)
 

@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import Engine, select, text, update
+from sqlalchemy import Engine, text, update
 
 from services.storage import tasks as states
 from services.storage.engine import init_schema, make_engine, make_sessions
@@ -46,11 +46,7 @@ def _row(engine: Engine, task_id: str) -> TaskRow:
 def _db_clock(engine: Engine) -> dt.datetime:
     """The database's own reading of its clock, as a naive UTC datetime."""
     with make_sessions(engine)() as session:
-        value = session.scalar(select(db_now(session)))
-    if isinstance(value, str):  # SQLite: the stored text form
-        return dt.datetime.fromisoformat(value)
-    assert isinstance(value, dt.datetime)
-    return value.astimezone(dt.UTC).replace(tzinfo=None)
+        return db_now(session).replace(tzinfo=None)
 
 
 def _naive(value: dt.datetime | None) -> dt.datetime:
