@@ -30,6 +30,7 @@ channels only speak their protocols and classify answers (``channels/base.py``).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import random
 import secrets
@@ -690,6 +691,8 @@ class Executor:
 
     async def _settle_once(self, claim: Claim, change: Change) -> Settled:
         settled = await asyncio.to_thread(self._store.settle, claim, change)
+        if not settled.applied and change.to_state == st.SUCCEEDED:
+            settled = await self._late_success(claim, change)
         if not settled.applied:
             log.warning("lost the lease of action %s; its new owner decides", claim.action_id)
             return settled
@@ -715,6 +718,18 @@ class Executor:
         if settled.alerts:
             self._wake_alerts()
         return settled
+
+    async def _late_success(self, claim: Claim, change: Change) -> Settled:
+        """The receiver confirmed the action, but this worker's lease was taken over
+        meanwhile (it stalled, the database was away): the new owner, knowing nothing, made
+        it UNKNOWN. A confirmation is the news an UNKNOWN action waits for, whoever brings
+        it, so it settles the action if it is still UNKNOWN or waiting for review and no
+        worker holds it. (A re-sent or otherwise decided action is left to its owner.)"""
+        # The attempt was counted by whoever made the action UNKNOWN.
+        late = dataclasses.replace(change, reason="late_answer_recorded", add_attempt=False)
+        return await asyncio.to_thread(
+            self._store.settle_unleased, claim.tenant, claim.action_id, tuple(st.RESOLVABLE), late
+        )
 
     def _receipt(self, attempt: int, operation: str, answer: Answer) -> Receipt:
         outcome = {
@@ -771,16 +786,23 @@ class Executor:
             alert = claimed[0]
             if not self._send_fits(claimed_at, deadline):
                 return  # stalled since the claim: it runs out and the alert is taken again
-            ok, error = await self._deliver_alert(channel, alert, deadline)
+            ok, error, ambiguous = await self._deliver_alert(channel, alert, deadline)
+            retry_in: float | None = ALERT_SWEEP_SECONDS * 2 ** min(alert.delivery_attempts, 6)
+            if ambiguous and not self._config.channels[self._config.alert_channel].safe_to_resend:
+                retry_in = None  # it may have arrived: the same rule as for actions
+                error = f"outcome unknown: {error}"
             try:
-                await asyncio.to_thread(self._store.mark_alert, alert, ok, self._mask(error))
+                await asyncio.to_thread(
+                    self._store.mark_alert, alert, ok, self._mask(error), retry_in
+                )
             except Exception:  # noqa: BLE001 - the claim runs out; delivered again later
                 log.exception("recording the delivery of alert %s failed", alert.id)
                 return
 
     async def _deliver_alert(
         self, channel: Channel, alert: Any, deadline: float
-    ) -> tuple[bool, str]:
+    ) -> tuple[bool, str, bool]:
+        """Sends one alert: (delivered, why not, whether it may have arrived anyway)."""
         params: dict[str, Any] = {
             "kind": alert.kind,
             "tenant": alert.tenant,
@@ -800,13 +822,13 @@ class Executor:
         try:
             async with asyncio.timeout(deadline):
                 await channel.submit(outgoing)
-            return True, ""
+            return True, "", False
         except ChannelError as exc:
-            return False, f"{exc.code}: {exc.message}"
+            return False, f"{exc.code}: {exc.message}", exc.ambiguous
         except TimeoutError:
-            return False, f"no answer within {deadline:g} s"
-        except Exception as exc:  # noqa: BLE001
-            return False, type(exc).__name__
+            return False, f"no answer within {deadline:g} s", True
+        except Exception as exc:  # noqa: BLE001 - a channel bug: it may have sent
+            return False, type(exc).__name__, True
 
 
 def _outgoing(claim: Claim) -> Outgoing:

@@ -43,6 +43,10 @@ from services.storage.reach_models import (
     ReachTaskRow,
 )
 
+# The claim owner of an alert whose delivery may have arrived on a channel that may not
+# send it twice: nobody claims it again; it stays readable with its error.
+ALERT_OUTCOME_UNKNOWN = "delivery-outcome-unknown"
+
 
 def new_id() -> str:
     """32 hex characters that sort by creation time (milliseconds, then randomness), so
@@ -416,6 +420,7 @@ class ReachStore:
                 .where(
                     ReachAlertRow.delivered.is_(False),
                     ReachAlertRow.delivery_attempts < max_attempts,
+                    ReachAlertRow.claim_owner != ALERT_OUTCOME_UNKNOWN,
                     (ReachAlertRow.claimed_until.is_(None)) | (ReachAlertRow.claimed_until <= now),
                 )
                 .order_by(ReachAlertRow.id)
@@ -437,20 +442,30 @@ class ReachStore:
                 )
             )
 
-    def mark_alert(self, alert: ReachAlertRow, delivered: bool, error: str) -> bool:
+    def mark_alert(
+        self, alert: ReachAlertRow, delivered: bool, error: str, retry_in_s: float | None
+    ) -> bool:
         """Records a delivery attempt of a claimed alert and releases the claim; False when
-        the claim had been lost (it ran out and another worker took the alert)."""
+        the claim had been lost (it ran out and another worker took the alert). An alert
+        not delivered is due again ``retry_in_s`` from now, or, with None, never: its
+        delivery may have arrived and the alert channel may not send it twice."""
         with self._sessions.begin() as session:
+            values: dict[str, Any] = {
+                "delivered": delivered,
+                "delivery_error": error[:500],
+                "delivery_attempts": ReachAlertRow.delivery_attempts + 1,
+                "claim_owner": "",
+                "claimed_until": None,
+            }
+            if not delivered:
+                if retry_in_s is None:
+                    values["claim_owner"] = ALERT_OUTCOME_UNKNOWN
+                else:
+                    values["claimed_until"] = db_clock(session) + retry_in_s
             result = session.execute(
                 update(ReachAlertRow)
                 .where(ReachAlertRow.id == alert.id, ReachAlertRow.claim_owner == alert.claim_owner)
-                .values(
-                    delivered=delivered,
-                    delivery_error=error[:500],
-                    delivery_attempts=ReachAlertRow.delivery_attempts + 1,
-                    claim_owner="",
-                    claimed_until=None,
-                )
+                .values(**values)
             )
             return bool(result.rowcount)  # type: ignore[attr-defined]
 

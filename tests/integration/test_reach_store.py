@@ -169,9 +169,26 @@ def test_each_alert_is_claimed_by_one_worker_until_its_claim_runs_out(store: Rea
     time.sleep(0.4)
     two = store.claim_alerts("w2", 10, 5, 60)  # w1's claim ran out
     assert [a.id for a in two] == [alerts[0].id]
-    assert not store.mark_alert(one[0], True, "")  # w1 lost it: its delivery is not recorded
-    assert store.mark_alert(two[0], True, "")
+    assert not store.mark_alert(one[0], True, "", 0.0)  # w1 lost it: not recorded
+    assert store.mark_alert(two[0], True, "", 0.0)
     assert store.claim_alerts("w3", 10, 5, 60) == []  # delivered
+
+
+def test_an_alert_whose_delivery_may_have_arrived_is_not_claimed_again(store: ReachStore) -> None:
+    """A failed delivery is due again after its delay; one whose outcome is unknown on a
+    channel that may not send twice (``retry_in_s`` None) is never claimed again."""
+    for key in ("k-a", "k-b"):
+        store.reserve(_plan(_action("a", key)))
+    for claim in store.claim("w", 2, 60):
+        store.settle(claim, Change(st.NEEDS_REVIEW, "cannot_look_up"))
+    first, second = store.claim_alerts("w", 10, 5, 60)
+    assert store.mark_alert(first, False, "RECEIVER_UNAVAILABLE: 503", 0.3)
+    assert store.mark_alert(second, False, "outcome unknown: RECEIVER_TIMEOUT", None)
+    assert store.claim_alerts("w", 10, 5, 60) == []  # the first waits for its delay
+    time.sleep(0.4)
+    assert [a.id for a in store.claim_alerts("w", 10, 5, 60)] == [first.id]
+    kept = {a.id: a for a in store.alerts("t1")}[second.id]
+    assert not kept.delivered and kept.delivery_error.startswith("outcome unknown")
 
 
 def test_dependants_run_after_success_and_are_skipped_after_failure(store: ReachStore) -> None:
