@@ -35,8 +35,8 @@ import logging
 import random
 import secrets
 import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
 
 from services.common import database_errors, errors
 from services.reach import states as st
@@ -49,6 +49,7 @@ from services.reach.store import Change, Claim, ReachStore, Receipt, Settled
 from services.reach.watch import TaskChanges
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # How often an idle worker looks for due actions written by other processes. Actions
 # submitted to this process wake it at once.
@@ -56,11 +57,16 @@ IDLE_POLL_SECONDS = 0.2
 ALERT_SWEEP_SECONDS = 10.0
 ALERT_MAX_ATTEMPTS = 5
 ALERT_BATCH = 50  # alerts one sweep delivers at most
+ALERT_HOLD_S = 30.0  # at least; see Executor._alert_hold_s
 # Breaker outcomes: these categories say the receiver (or the way to it) is unwell.
 _UNHEALTHY = frozenset({"transient", "timeout", "quota", "auth"})
 # How long a worker keeps trying to record an answer while the database is away: the
 # answer is the one thing that cannot be had again.
 RECORD_PATIENCE_S = 30.0
+# A confirmation that comes after a takeover is offered this often, this far apart, while
+# the worker that took over decides (one transaction).
+LATE_ANSWER_TRIES = 12
+LATE_ANSWER_PAUSE_S = 0.25
 
 
 class Executor:
@@ -672,22 +678,11 @@ class Executor:
     async def _settle(self, claim: Claim, change: Change) -> Settled:
         """Settles a change, trying again while the database is away: a receiver's answer
         cannot be had again. The lease still fences it, so an answer that comes too late
-        for its lease loses to whoever took the action over."""
-        give_up = time.monotonic() + RECORD_PATIENCE_S
-        pause = 0.1
-        while True:
-            try:
-                return await self._settle_once(claim, change)
-            except Exception as exc:  # noqa: BLE001 - filtered just below
-                if not database_errors.is_transient(exc) or time.monotonic() + pause > give_up:
-                    raise
-                log.warning(
-                    "recording a change of action %s failed (%s); trying again",
-                    claim.action_id,
-                    type(exc).__name__,
-                )
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, 2.0)
+        for its lease loses to whoever took the action over (``_late_success``)."""
+        return await _patiently(
+            f"recording a change of action {claim.action_id}",
+            lambda: self._settle_once(claim, change),
+        )
 
     async def _settle_once(self, claim: Claim, change: Change) -> Settled:
         settled = await asyncio.to_thread(self._store.settle, claim, change)
@@ -721,15 +716,21 @@ class Executor:
 
     async def _late_success(self, claim: Claim, change: Change) -> Settled:
         """The receiver confirmed the action, but this worker's lease was taken over
-        meanwhile (it stalled, the database was away): the new owner, knowing nothing, made
-        it UNKNOWN. A confirmation is the news an UNKNOWN action waits for, whoever brings
-        it, so it settles the action if it is still UNKNOWN or waiting for review and no
-        worker holds it. (A re-sent or otherwise decided action is left to its owner.)"""
-        # The attempt was counted by whoever made the action UNKNOWN.
+        meanwhile (it stalled, the database was locked or away): the new owner, knowing
+        nothing, made it UNKNOWN or queued a re-send. A confirmation is the news both wait
+        for, whoever brings it (``store.record_late_confirmation``). The takeover may still
+        be deciding for a moment, so this asks a few times."""
+        # The attempt was counted by whoever took the action over.
         late = dataclasses.replace(change, reason="late_answer_recorded", add_attempt=False)
-        return await asyncio.to_thread(
-            self._store.settle_unleased, claim.tenant, claim.action_id, tuple(st.RESOLVABLE), late
-        )
+        settled = Settled(False)
+        for _ in range(LATE_ANSWER_TRIES):
+            settled = await asyncio.to_thread(
+                self._store.record_late_confirmation, claim.action_id, late
+            )
+            if settled.applied:
+                break
+            await asyncio.sleep(LATE_ANSWER_PAUSE_S)
+        return settled
 
     def _receipt(self, attempt: int, operation: str, answer: Answer) -> Receipt:
         outcome = {
@@ -770,13 +771,10 @@ class Executor:
             # One at a time, each under a claim of its own, so no other worker delivers it
             # and its send fits in the claim like an action's fits in its lease.
             claimed_at = time.monotonic()
+            hold = self._alert_hold_s()
             try:
                 claimed = await asyncio.to_thread(
-                    self._store.claim_alerts,
-                    self._worker,
-                    1,
-                    ALERT_MAX_ATTEMPTS,
-                    self._config.lease_s,
+                    self._store.claim_alerts, self._worker, 1, ALERT_MAX_ATTEMPTS, hold
                 )
             except Exception:  # noqa: BLE001 - retried on the next sweep
                 log.exception("claiming undelivered alerts failed")
@@ -784,20 +782,33 @@ class Executor:
             if not claimed:
                 return
             alert = claimed[0]
-            if not self._send_fits(claimed_at, deadline):
+            if time.monotonic() - claimed_at + deadline + LEASE_MARGIN_S > hold:
                 return  # stalled since the claim: it runs out and the alert is taken again
             ok, error, ambiguous = await self._deliver_alert(channel, alert, deadline)
             retry_in: float | None = ALERT_SWEEP_SECONDS * 2 ** min(alert.delivery_attempts, 6)
             if ambiguous and not self._config.channels[self._config.alert_channel].safe_to_resend:
                 retry_in = None  # it may have arrived: the same rule as for actions
                 error = f"outcome unknown: {error}"
-            try:
-                await asyncio.to_thread(
-                    self._store.mark_alert, alert, ok, self._mask(error), retry_in
-                )
-            except Exception:  # noqa: BLE001 - the claim runs out; delivered again later
-                log.exception("recording the delivery of alert %s failed", alert.id)
+            if not await self._mark_alert(alert, ok, self._mask(error), retry_in):
                 return
+
+    def _alert_hold_s(self) -> float:
+        """How long a worker holds an alert it delivers: longer than a lease, since a held
+        alert only waits, while one taken over from a stalled worker is sent twice."""
+        return max(ALERT_HOLD_S, 4 * self._config.lease_s)
+
+    async def _mark_alert(self, alert: Any, ok: bool, error: str, retry_in: float | None) -> bool:
+        """Records a delivery, trying again while the database is away or locked (within
+        the hold, after which another worker may deliver it again)."""
+        try:
+            await _patiently(
+                f"recording the delivery of alert {alert.id}",
+                lambda: asyncio.to_thread(self._store.mark_alert, alert, ok, error, retry_in),
+            )
+        except Exception:  # noqa: BLE001 - the claim runs out; delivered again later
+            log.exception("recording the delivery of alert %s failed", alert.id)
+            return False
+        return True
 
     async def _deliver_alert(
         self, channel: Channel, alert: Any, deadline: float
@@ -829,6 +840,22 @@ class Executor:
             return False, f"no answer within {deadline:g} s", True
         except Exception as exc:  # noqa: BLE001 - a channel bug: it may have sent
             return False, type(exc).__name__, True
+
+
+async def _patiently(what: str, call: Callable[[], Awaitable[T]]) -> T:
+    """Runs ``call``, again while it fails for the database's passing trouble, for up to
+    ``RECORD_PATIENCE_S``; any other error, or the last one, is raised."""
+    give_up = time.monotonic() + RECORD_PATIENCE_S
+    pause = 0.1
+    while True:
+        try:
+            return await call()
+        except Exception as exc:  # noqa: BLE001 - filtered just below
+            if not database_errors.is_transient(exc) or time.monotonic() + pause > give_up:
+                raise
+            log.warning("%s failed (%s); trying again", what, type(exc).__name__)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 2.0)
 
 
 def _outgoing(claim: Claim) -> Outgoing:

@@ -593,6 +593,15 @@ class ReachStore:
             fence = fence & (ReachActionRow.ambiguous_sends == 0)
         return self._apply(action_id, change, fence=fence, tenant=tenant)
 
+    def record_late_confirmation(self, action_id: str, change: Change) -> Settled:
+        """A receiver's confirmation that reached its worker after the lease was taken over:
+        applies while the action waits to be re-sent (unleased READY) or for its outcome to
+        be found (UNKNOWN, NEEDS_REVIEW, even during a look-up, whose answer it makes
+        moot). Not while another worker is sending it, nor once it is decided."""
+        waiting = (ReachActionRow.lease_owner == "") & (ReachActionRow.state == st.READY)
+        undecided = ReachActionRow.state.in_(tuple(st.RESOLVABLE))
+        return self._apply(action_id, change, fence=waiting | undecided, tenant=None)
+
     def _apply(self, action_id: str, change: Change, fence: Any, tenant: str | None) -> Settled:
         now = utcnow()
         values: dict[str, Any] = {"state": change.to_state, "updated_at": now}
