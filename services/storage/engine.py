@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import DefaultClause, Engine, create_engine, event, inspect, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from services.storage import audit_models, clock, reach_models  # noqa: F401 - registers their tables
+from services.storage import audit_models, reach_models  # noqa: F401 - registers their tables
 from services.storage.models import Base
 
 
