@@ -439,6 +439,13 @@ RECEIVER_REDIRECTED = _entry(
     _S.FAILED_PRECONDITION,
     "The receiver answered with a redirect; the channel's URL needs fixing.",
 )
+RECEIVER_ANSWER_TOO_LARGE = _entry(
+    "RECEIVER_ANSWER_TOO_LARGE",
+    _P,
+    _S.FAILED_PRECONDITION,
+    "The receiver's answer was larger than reachstore accepts; the call itself completed, "
+    "so its outcome is unknown.",
+)
 RECEIVER_UNIMPLEMENTED = _entry(
     "RECEIVER_UNIMPLEMENTED",
     _P,

@@ -590,6 +590,17 @@ class Executor:
                 claim, Change(st.SUCCEEDED, "receiver_confirmed", receipt=receipt, add_poll=True)
             )
             return
+        if claim.attempts > 1 and claim.ambiguous_sends:
+            # The look-up speaks of one send (its id, or the key the receiver may not
+            # de-duplicate by); an earlier one may have taken effect all the same.
+            await self._to_review(
+                claim,
+                "outcome_uncertain",
+                f"the look-up reports a failure ({self._mask(answer.detail)}), but an "
+                "earlier send may have taken effect",
+                receipt,
+            )
+            return
         failure = {
             "code": errors.RECEIVER_REPORTED_FAILURE.code,
             "message": self._mask(answer.detail) or errors.RECEIVER_REPORTED_FAILURE.description,

@@ -64,18 +64,21 @@ def params_digest(params: Mapping[str, Any], whitelist: Sequence[str]) -> str:
     Canonical means: keys sorted, no whitespace, UTF-8, strings and keys in Unicode NFC
     (so "é" typed as one code point or as e + combining accent is one parameter), and
     integral numbers written as integers, since parameters arrive as protobuf Struct
-    values, where 3 is 3.0. Accepts
+    values, where 3 is 3.0. The whitelist's paths are looked up in the canonical form, so a
+    parameter name typed in another Unicode form is still the same parameter. Accepts
     plain JSON-like values and Struct/ListValue alike; NaN, infinities and other types are
     refused (ValueError, TypeError).
     """
+    canonical = _canonical(params, "")
     if whitelist:
         picked: Any = {}
         for path in whitelist:
-            value = _lookup(params, path)
+            name = unicodedata.normalize("NFC", path)
+            value = _lookup(canonical, name)
             if value is not _ABSENT:
-                picked[path] = _canonical(value, path)
+                picked[name] = value
     else:
-        picked = _canonical(params, "")
+        picked = canonical
     text = json.dumps(
         picked, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
     )

@@ -185,6 +185,12 @@ class ReachStore:
         self._sessions = sessions
         self._masker = masker
 
+    def clock(self) -> float:
+        """The database's clock now (``services.storage.clock``), for the idempotency
+        window, which every replica must read alike."""
+        with self._sessions() as session:
+            return db_clock(session)
+
     # --- reservation -----------------------------------------------------------------------
 
     def reserve(self, plan: TaskPlan) -> Reserved:

@@ -205,6 +205,7 @@ def run(settings: Settings, workdir: Path) -> Report:
         requests=requests,
         alerts=deliveries,
         events=nemesis.events,
+        one_writer=settings.database == "sqlite",
     )
     return Report(settings.describe(), obs, check_all(obs), notes)
 

@@ -40,6 +40,11 @@ class Timing:
         assert self.lease_s >= self.connect_timeout_s + self.read_timeout_s + 2
 
     @property
+    def send_deadline_s(self) -> float:
+        """The whole send's deadline, as reach computes it for a webhook."""
+        return self.connect_timeout_s + self.read_timeout_s
+
+    @property
     def late_s(self) -> float:
         """How late a "late" answer comes: well past the read timeout."""
         return self.read_timeout_s + 1.0

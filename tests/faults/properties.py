@@ -35,8 +35,9 @@ PROPERTIES = {
     "failed_without_refusal": "failed only with a receipt showing the receiver refused it",
     "confirmed_but_failed": "an action the receiver confirmed (an effect and a full 2xx "
     "answer the client read) is succeeded or awaiting review, never failed",
-    "receipt_thrown_away": "a confirmation that reached its worker undisturbed (that worker "
-    "not killed or paused, the database up, from the request until 2 s after) ends succeeded",
+    "receipt_thrown_away": "a confirmation that reached its worker undisturbed (within the "
+    "send deadline; that worker not killed or paused, the database up and, on SQLite, no "
+    "worker frozen, from the request until 2 s after) ends succeeded",
     "too_many_posts": "POSTs per action stay within its retry budget (first + retries + "
     "rate-limited retries + one re-send), plus one per kill or pause of its senders meanwhile",
     "concurrent_sends": "never two requests for one action in flight at once, unless the "
@@ -78,6 +79,9 @@ class Observation:
     requests: Sequence[Request]
     alerts: Sequence[AlertDelivery]
     events: Sequence[Event]
+    # SQLite: one writer at a time, so a worker frozen inside a write transaction holds
+    # the database from every other worker, as a database restart would.
+    one_writer: bool = False
 
     def __post_init__(self) -> None:
         by_action: dict[str, list[Request]] = collections.defaultdict(list)
@@ -89,15 +93,27 @@ class Observation:
         return self.by_action.get(action_id, [])
 
     def hurt(
-        self, sender: str, low: float, high: float, kinds: frozenset[str] = DISRUPTIONS
+        self,
+        sender: str,
+        low: float,
+        high: float,
+        kinds: frozenset[str] = DISRUPTIONS,
+        *,
+        writes: bool = True,
     ) -> bool:
         """Whether, within [low, high], the worker ``sender`` was killed or paused or the
         database was down (``kinds`` may narrow that). An unknown sender ("") is taken to
-        be any worker."""
+        be any worker. ``writes``: the worker needed to write then, so on SQLite any
+        frozen worker (holding the one write lock) hurt it too."""
         return any(
             e.kind in kinds
             and e.overlaps(low, high)
-            and (e.kind == "db_restart" or not sender or e.target == sender)
+            and (
+                e.kind == "db_restart"
+                or (writes and self.one_writer and e.kind == "pause")
+                or not sender
+                or e.target == sender
+            )
             for e in self.events
         )
 
@@ -213,7 +229,14 @@ def confirmed(obs: Observation) -> Iterator[Violation]:
                 f"{a.state} although {len(heard)} request(s) were confirmed",
                 (a.action_id,),
             )
-        calm = [r for r in heard if not obs.hurt(r.sender, r.start - 0.2, r.end + RECORD_S)]
+        # Only answers inside the send deadline reach the worker: past it the worker has
+        # given up on the send (an answer the receiver wrote then may still be in flight).
+        calm = [
+            r
+            for r in heard
+            if r.end - r.start <= obs.timing.send_deadline_s
+            and not obs.hurt(r.sender, r.start - 0.2, r.end + RECORD_S)
+        ]
         if a.state in AWAITING_A_PERSON and calm:
             yield Violation(
                 "receipt_thrown_away",
@@ -266,7 +289,8 @@ def _excused_overlap(obs: Observation, first: Request, second: Request) -> bool:
     """The first's sender was killed or frozen while it waited (it cannot have given up in
     time), or the second's sender was just thawed (it may have been frozen before sending,
     unable to know its lease had gone)."""
-    if obs.hurt(first.sender, first.start, first.end, WORKER_FAULTS):
+    # A send in flight needs no database: a frozen SQLite writer excuses nothing here.
+    if obs.hurt(first.sender, first.start, first.end, WORKER_FAULTS, writes=False):
         return True
     return any(
         e.kind == "pause"

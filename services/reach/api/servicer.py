@@ -72,13 +72,16 @@ class ReachServicer(OperatorCalls, pb_grpc.ReachServiceServicer):
     ) -> pb.SubmitTaskResponse:
         # Counted before the actions are decoded: an oversized list costs nothing.
         names.check_count(request.actions, "actions", MAX_ACTIONS, "actions")
+        # The window is the server's, and "the server" is every replica at once: the
+        # database's clock, so two replicas whose clocks differ mint the same key.
+        now = await asyncio.to_thread(self._store.clock)
         plan = plan_task(
             convert.task_spec(request),
             caller(context),
             self._config,
             self._channels,
             trace_from_metadata(tuple(context.invocation_metadata() or ())),
-            dt.datetime.now(dt.UTC),
+            dt.datetime.fromtimestamp(now, dt.UTC),
         )
         # The call's audit event names the keys it reserves (or would reserve).
         outbox.annotate(plan.caller_key or " ".join(a.idem_key for a in plan.actions))

@@ -17,6 +17,7 @@ stop its worker thread, which ends on its own at the latest one timeout later.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import email.policy
 import email.utils
@@ -40,6 +41,8 @@ from services.reach.channels.base import (
 from services.reach.channels.common import Stopwatch, TableReader
 
 MAX_RECIPIENTS = 50
+# SMTP sessions one e-mail channel runs at once (each in a thread of its own).
+SMTP_THREADS = 16
 MAX_SUBJECT_CHARS = 998  # RFC 5322's limit for one header line
 MAX_BODY_BYTES = 256 * 1024
 
@@ -163,6 +166,13 @@ class EmailChannel:
 
     def __init__(self, options: EmailOptions) -> None:
         self.options = options
+        # SMTP sessions run in threads of the channel's own: a relay that holds every
+        # session open (a tarpit) then fills only these, and the process's default threads,
+        # which the store's transactions run in, stay free. A session cut off at its
+        # deadline keeps its thread until its socket times out.
+        self._threads = concurrent.futures.ThreadPoolExecutor(
+            max_workers=SMTP_THREADS, thread_name_prefix="smtp"
+        )
 
     @property
     def can_poll(self) -> bool:
@@ -206,7 +216,9 @@ class EmailChannel:
             raise ChannelError("permanent", "INVALID_PARAMS", str(exc), business=True) from None
         watch = Stopwatch()
         try:
-            code, reply = await asyncio.to_thread(self._send, message, recipients(action.params))
+            code, reply = await asyncio.get_running_loop().run_in_executor(
+                self._threads, self._send, message, recipients(action.params)
+            )
         except ChannelError as exc:
             exc.duration_ms = watch.ms()
             raise
@@ -264,7 +276,8 @@ class EmailChannel:
         return False
 
     async def close(self) -> None:
-        """Nothing held open between messages."""
+        """Nothing held open between messages; sessions still running end on their own."""
+        self._threads.shutdown(wait=False, cancel_futures=True)
 
 
 def _text(raw: bytes | str) -> str:

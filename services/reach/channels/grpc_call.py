@@ -64,7 +64,8 @@ _S = grpc.StatusCode
 _REJECTED = _Outcome("permanent", "RECEIVER_REJECTED", business=True)
 _BROKEN = _Outcome("transient", "RECEIVER_ERROR", ambiguous=True)
 OUTCOMES: dict[grpc.StatusCode, _Outcome] = {
-    _S.UNAVAILABLE: _Outcome("transient", "RECEIVER_UNAVAILABLE"),
+    # Unless its details say no connection was made (see _NEVER_CONNECTED).
+    _S.UNAVAILABLE: _Outcome("transient", "RECEIVER_UNAVAILABLE", ambiguous=True),
     _S.DEADLINE_EXCEEDED: _Outcome("timeout", "RECEIVER_TIMEOUT", ambiguous=True),
     _S.RESOURCE_EXHAUSTED: _Outcome("quota", "RECEIVER_RATE_LIMITED"),
     _S.INVALID_ARGUMENT: _REJECTED,
@@ -378,17 +379,32 @@ def _retry_after(exc: Any) -> float | None:
     return None
 
 
+# UNAVAILABLE is both "could not connect" (nothing was sent) and "the connection went away
+# during the call" (it may have taken effect); only the first says so in its details.
+_NEVER_CONNECTED = re.compile(
+    r"failed to connect|connection refused|dns resolution failed|name resolution|"
+    r"no addresses|connect failed|unable to connect",
+    re.IGNORECASE,
+)
+# The client's own limit on an answer's size: the server did the work and answered.
+_ANSWER_TOO_LARGE = re.compile(r"received message larger than max", re.IGNORECASE)
+
+
 def _status_error(exc: Any, duration_ms: int, prefix: str = "") -> ChannelError:
     """Classifies a failed call (``exc`` is a ``grpc.RpcError`` that is also a ``grpc.Call``:
     it has code(), details() and trailing_metadata())."""
     code = exc.code()
     outcome = OUTCOMES.get(code, _BROKEN)
     details = exc.details() or ""
+    if code == _S.UNAVAILABLE and _NEVER_CONNECTED.search(details):
+        outcome = _Outcome("transient", "RECEIVER_UNREACHABLE")
+    elif code == _S.RESOURCE_EXHAUSTED and _ANSWER_TOO_LARGE.search(details):
+        outcome = _Outcome("permanent", "RECEIVER_ANSWER_TOO_LARGE", ambiguous=True)
     return ChannelError(
         outcome.category,
         outcome.code,
         f"{prefix}{code.name}: {details}" if details else f"{prefix}{code.name}",
-        retry_after_s=_retry_after(exc) if code == _S.RESOURCE_EXHAUSTED else None,
+        retry_after_s=_retry_after(exc) if outcome.category == "quota" else None,
         business=outcome.business,
         ambiguous=outcome.ambiguous,
         status_code=code.value[0],

@@ -8,8 +8,11 @@ What came back is classified so that the executor can decide without knowing HTT
 
 - 2xx: accepted; PENDING when a status look-up is configured, else SUCCESS;
 - 429: quota, with ``Retry-After`` read as seconds or as an HTTP-date;
-- 408 and 5xx: transient; 401/403: auth; any other 4xx: permanent and the business's
-  concern (the receiver refused this action, not our setup); 3xx: permanent, technical;
+- 408: transient; 5xx: transient and ambiguous (a receiver can fail after the action took
+  effect, and a gateway's 502/504 says nothing of what lies behind it); 401/403: auth; any
+  other 4xx: permanent and the business's concern (the receiver refused this action, not
+  our setup); 3xx: permanent, technical and ambiguous (a 303 after a POST is how a
+  receiver says "done, look there");
 - no connection: transient and NOT ambiguous (nothing was sent);
 - a read timeout or a connection lost after sending: ambiguous (it may have taken effect).
 
@@ -334,6 +337,7 @@ def _classify_submit(
             "RECEIVER_UNAVAILABLE",
             f"the receiver answered {code}",
             retry_after_s=retry_after,
+            ambiguous=code >= 500,
             **facts,
         )
     if code in (401, 403):
@@ -355,6 +359,7 @@ def _classify_submit(
         "permanent",
         "RECEIVER_REDIRECTED",
         f"the receiver answered {code}; redirects are not followed, fix the url",
+        ambiguous=True,
         **facts,
     )
 
