@@ -40,8 +40,9 @@ PROPERTIES = {
     "worker frozen, from the request until 2 s after) ends succeeded",
     "too_many_posts": "POSTs per action stay within its retry budget (first + retries + "
     "rate-limited retries + one re-send), plus one per kill or pause of its senders meanwhile",
-    "concurrent_sends": "never two requests for one action in flight at once, unless the "
-    "first one's sender was killed or paused meanwhile or the second's was just thawed",
+    "concurrent_sends": "never two requests for one action in flight at once from the "
+    "senders' side (a sender has hung up by its send deadline), unless the first one's "
+    "sender was killed or paused meanwhile or the second's was just thawed",
     "alert_twice": "each alert arrives once, unless the worker that delivered it was killed "
     "or paused, or the database restarted, before the next delivery",
 }
@@ -51,6 +52,8 @@ RECORD_S = 2.0
 # A request this soon after a SIGCONT may come from a worker that was frozen before it
 # sent and could not know its lease had gone.
 THAWED_S = 1.5
+# How late a busy worker may notice its send deadline.
+SENDER_SLACK_S = 0.5
 WORKER_FAULTS = frozenset({"kill", "pause"})
 # Send errors after which the request may have taken effect (a refused connection, say,
 # is not one: nothing was sent).
@@ -272,7 +275,7 @@ def posts(obs: Observation) -> Iterator[Violation]:
             (first, second)
             for i, first in enumerate(requests)
             for second in requests[i + 1 :]
-            if second.start < first.end and not _excused_overlap(obs, first, second)
+            if second.start < _sender_end(obs, first) and not _excused_overlap(obs, first, second)
         ]
         if overlaps:
             first, second = overlaps[0]
@@ -283,6 +286,15 @@ def posts(obs: Observation) -> Iterator[Violation]:
                 f"{second.start - first.start:.2f} s after another that was still in flight",
                 (a.action_id,),
             )
+
+
+def _sender_end(obs: Observation, request: Request) -> float:
+    """When the sender was done with ``request``: when the receiver finished it, or, for an
+    answer the sender never read, at the latest its send deadline (plus a moment for a
+    busy worker): past that the sender has hung up, whatever the receiver still does."""
+    if request.delivered:
+        return request.end
+    return min(request.end, request.start + obs.timing.send_deadline_s + SENDER_SLACK_S)
 
 
 def _excused_overlap(obs: Observation, first: Request, second: Request) -> bool:
