@@ -48,6 +48,19 @@ from services.storage.reach_models import (
 ALERT_OUTCOME_UNKNOWN = "delivery-outcome-unknown"
 
 
+def lease_token(worker: str) -> str:
+    """A fresh lease for ``worker``: its name (cut to fit) and 16 random hex digits, so
+    the randomness that tells one claim from another always survives (the column holds 64
+    characters)."""
+    return f"{worker[:47]}:{secrets.token_hex(8)}"
+
+
+def storable(text: str) -> str:
+    """``text`` as PostgreSQL's text can hold it: a receiver's answer may carry NUL
+    characters, and a receipt that cannot be written would lose the answer."""
+    return text.replace("\x00", "\ufffd")
+
+
 def new_id() -> str:
     """32 hex characters that sort by creation time (milliseconds, then randomness), so
     listing newest first is an index scan and page tokens are plain ids."""
@@ -433,7 +446,7 @@ class ReachStore:
                 .limit(limit)
                 .with_for_update(skip_locked=True)
             )
-            owner = f"{worker}:{secrets.token_hex(6)}"[:64]
+            owner = lease_token(worker)
             session.execute(
                 update(ReachAlertRow)
                 .where(ReachAlertRow.id.in_(free.scalar_subquery()))
@@ -546,7 +559,7 @@ class ReachStore:
     def claim(self, worker: str, limit: int, lease_s: float) -> list[Claim]:
         """Takes up to ``limit`` due actions under a new lease and returns them. Due and
         expired are judged by the database's clock, so every worker agrees on them."""
-        lease = f"{worker}:{secrets.token_hex(6)}"[:64]
+        lease = lease_token(worker)
         with self._sessions.begin() as session:
             now = db_clock(session)
             mono = time.monotonic()
@@ -614,7 +627,7 @@ class ReachStore:
         if not change.keep_lease:
             values["lease_owner"] = ""
         if change.external_id is not None:
-            values["external_id"] = change.external_id[:256]
+            values["external_id"] = storable(change.external_id)[:256]
         if change.failure is not None:
             values["failure_json"] = json.dumps(change.failure, ensure_ascii=False)
             values["failure_kind"] = change.failure_kind
@@ -690,9 +703,9 @@ class ReachStore:
                         action_id=action_id,
                         attempt=r.attempt,
                         operation=r.operation,
-                        external_id=r.external_id[:256],
+                        external_id=storable(r.external_id)[:256],
                         status_code=r.status_code,
-                        snippet=r.snippet,
+                        snippet=storable(r.snippet),
                         duration_ms=r.duration_ms,
                         outcome=r.outcome,
                         created_at=now,

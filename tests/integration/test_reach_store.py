@@ -14,7 +14,7 @@ from sqlalchemy import select
 
 from services.common import errors
 from services.reach import states as st
-from services.reach.store import ActionPlan, Change, ReachStore, TaskPlan
+from services.reach.store import ActionPlan, Change, ReachStore, Receipt, TaskPlan
 from services.storage.clock import db_clock
 from services.storage.engine import init_schema, make_engine, make_sessions
 from services.storage.reach_models import ReachActionRow, ReachHistoryRow
@@ -308,3 +308,30 @@ def test_a_caller_cannot_cancel_an_action_whose_send_may_have_arrived(store: Rea
     assert not store.settle_unleased("t1", action_id, (st.READY,), cancel, never_sent=True).applied
     _, actions = store.get_task("t1", reserved.task.task_id)  # type: ignore[misc]
     assert actions[0].state == st.READY and actions[0].ambiguous_sends == 1
+
+
+def test_a_long_worker_name_keeps_its_leases_apart(store: ReachStore) -> None:
+    """Lease tokens always keep their randomness, however long the worker's name, so a
+    stale claim of the same worker cannot pass the fence."""
+    name = "w" * 70
+    store.reserve(_plan(_action("a", "k-a")))
+    first = store.claim(name, 1, 0.3)[0]
+    time.sleep(0.4)
+    second = store.claim(name, 1, 60)[0]
+    assert first.lease != second.lease and len(second.lease) <= 64
+    assert not store.settle(first, Change(st.SUCCEEDED, "receiver_confirmed")).applied
+
+
+def test_an_answer_holding_nul_characters_is_recorded(store: ReachStore) -> None:
+    """PostgreSQL's text cannot hold NUL; a receiver's answer may: the receipt keeps it as
+    U+FFFD instead of failing the transaction that records the answer."""
+    reserved = store.reserve(_plan(_action("a", "k-a")))
+    claim = store.claim("w", 1, 60)[0]
+    receipt = Receipt(1, "submit", "succeeded", external_id="id\x00x", snippet='{"a":"\x00"}')
+    done = Change(st.SUCCEEDED, "receiver_confirmed", external_id="id\x00x", receipt=receipt)
+    assert store.settle(claim, done).applied
+    found = store.get_action("t1", reserved.actions[0].action_id)
+    assert found is not None
+    row, receipts, _ = found
+    assert row.state == st.SUCCEEDED and row.external_id == "id\ufffdx"
+    assert receipts[0].snippet == '{"a":"\ufffd"}'
