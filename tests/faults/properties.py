@@ -37,7 +37,7 @@ PROPERTIES = {
     "answer the client read) is succeeded or awaiting review, never failed",
     "receipt_thrown_away": "a confirmation that reached its worker undisturbed (within the "
     "send deadline; that worker not killed or paused, the database up and, on SQLite, no "
-    "worker frozen, from the request until 2 s after) ends succeeded",
+    "worker frozen, from the request until 5 s after) ends succeeded",
     "too_many_posts": "POSTs per action stay within its retry budget (first + retries + "
     "rate-limited retries + one re-send), plus one per kill or pause of its senders meanwhile",
     "concurrent_sends": "never two requests for one action in flight at once from the "
@@ -47,8 +47,9 @@ PROPERTIES = {
     "or paused, or the database restarted, before the next delivery",
 }
 # Windows that excuse, around a request: from 0.2 s before it to this long after it
-# (the worker needs a moment to record what it heard).
-RECORD_S = 2.0
+# (the worker needs a moment to record what it heard; on a 2-core machine running other
+# tests beside the checker, a worker was seen to need more than 2 s).
+RECORD_S = 5.0
 # A request this soon after a SIGCONT may come from a worker that was frozen before it
 # sent and could not know its lease had gone.
 THAWED_S = 1.5
