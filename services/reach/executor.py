@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import random
 import secrets
@@ -97,6 +98,8 @@ class Executor:
         # One action per channel at a time between "a token is there" and taking it, so
         # that this process's actions do not all mark themselves for the same token.
         self._token_locks = {name: asyncio.Lock() for name in config.channels}
+        # Action id -> the newest lease this process holds on it, while a step runs.
+        self._working: dict[str, str] = {}
         self.breakers = {
             name: CircuitBreaker.from_policy(cfg.breaker, on_change=self._breaker_changed(name))
             for name, cfg in config.channels.items()
@@ -120,6 +123,10 @@ class Executor:
 
         return changed
 
+    def _done_with(self, action_id: str, _task: asyncio.Task[None]) -> None:
+        self._working.pop(action_id, None)
+        self._wake.set()
+
     def wake(self) -> None:
         """New work was reserved in this process: look for it now."""
         self._wake.set()
@@ -141,10 +148,17 @@ class Executor:
                     except Exception:  # noqa: BLE001 - the store may be restarting; try again
                         log.exception("claiming due actions failed")
                 for claim in claims:
+                    if claim.action_id in self._working:
+                        # This process is still on it (its lease ran out early: a stall, a
+                        # step of the database's clock): the step under way takes the new
+                        # lease instead of a second step starting (see _settle_once).
+                        self._working[claim.action_id] = claim.lease
+                        continue
+                    self._working[claim.action_id] = claim.lease
                     task = asyncio.create_task(self._step(claim))
                     inflight.add(task)
                     task.add_done_callback(inflight.discard)
-                    task.add_done_callback(lambda _t: self._wake.set())
+                    task.add_done_callback(functools.partial(self._done_with, claim.action_id))
                 if claims and len(claims) == free:
                     continue  # there may be more due right now
                 self._wake.clear()
@@ -696,6 +710,9 @@ class Executor:
         )
 
     async def _settle_once(self, claim: Claim, change: Change) -> Settled:
+        lease = self._working.get(claim.action_id, claim.lease)
+        if lease != claim.lease:
+            claim = dataclasses.replace(claim, lease=lease)
         settled = await asyncio.to_thread(self._store.settle, claim, change)
         if not settled.applied and change.to_state == st.SUCCEEDED:
             settled = await self._late_success(claim, change)

@@ -275,7 +275,7 @@ class ReachServicer(OperatorCalls, pb_grpc.ReachServiceServicer):
             if done.applied:
                 return await self._cancel_answer(who.tenant, row.action_id, True, None)
             if row.ambiguous_sends:
-                return await self._stop_uncertain(who.tenant, row, who.key_id)
+                return await self._stop_uncertain(who.tenant, row, who.key_id, _UNSENT)
             return await self._cancel_answer(
                 who.tenant, row.action_id, False, _in_flight(row.action_id)
             )
@@ -307,17 +307,22 @@ class ReachServicer(OperatorCalls, pb_grpc.ReachServiceServicer):
                 },
             )
             return await self._cancel_answer(who.tenant, row.action_id, False, reason)
+        if row.ambiguous_sends and row.attempts > 1:
+            # The receiver cancelled the send it knows by this id; an earlier one may have
+            # taken effect all the same.
+            return await self._stop_uncertain(who.tenant, row, who.key_id, _SENT_OPEN)
         cancelled.reason = "cancelled_at_receiver"
         done = await self._settle_unleased(who.tenant, row, _SENT_OPEN, cancelled)
         lost = None if done.applied else _in_flight(row.action_id)
         return await self._cancel_answer(who.tenant, row.action_id, done.applied, lost)
 
     async def _stop_uncertain(
-        self, tenant: str, row: ReachActionRow, by: str
+        self, tenant: str, row: ReachActionRow, by: str, expected: tuple[str, ...]
     ) -> pb.CancelActionResponse:
-        """A cancel of an action waiting to be re-sent after a send whose outcome is
-        unknown: "cancelled" would say it did not happen, which nobody knows. No more
-        attempts are made; it goes to UNKNOWN, to be looked up or reviewed."""
+        """A cancel of an action one of whose sends may have taken effect (it waits to be
+        re-sent, or the receiver cancelled only the latest send): "cancelled" would say it
+        did not happen, which nobody knows. No more attempts are made; it goes to UNKNOWN,
+        to be looked up or reviewed."""
         stop = Change(
             st.UNKNOWN,
             "cancel_after_uncertain_send",
@@ -331,7 +336,7 @@ class ReachServicer(OperatorCalls, pb_grpc.ReachServiceServicer):
             },
             failure_kind="technical",
         )
-        done = await self._settle_unleased(tenant, row, _UNSENT, stop)
+        done = await self._settle_unleased(tenant, row, expected, stop)
         if not done.applied:
             return await self._cancel_answer(
                 tenant, row.action_id, False, _in_flight(row.action_id)
