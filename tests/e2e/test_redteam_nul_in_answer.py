@@ -11,7 +11,9 @@ action ``submitting`` until its lease runs out. Binary answers are ordinary (a r
 that answers with a small protobuf, a padded buffer, a C string): nothing about them says
 the action did not happen.
 
-The fault checker's receivers only ever answer JSON.
+The same with valid JSON whose "id" holds an escaped NUL (``\\u0000``): the snippet is
+re-escaped, but ``external_id`` is stored raw. The fault checker's receivers only ever
+answer plain JSON ids.
 """
 
 from __future__ import annotations
@@ -28,25 +30,35 @@ from tests.reach.peers import HttpReceiver
 pytestmark = pytest.mark.e2e
 
 
-class BinaryAnswer(HttpReceiver):
-    """Takes every POST and answers 200 with a binary body that holds a NUL byte."""
+ANSWERS = {
+    # A binary answer: the NUL lands in the receipt's snippet.
+    "binary": (b"OK\x00\x01\x02", "application/octet-stream"),
+    # Valid JSON whose id holds an escaped NUL: the NUL lands in ``external_id``.
+    "json_id": (b'{"id": "t\\u00001", "state": "done"}', "application/json"),
+}
 
-    def __init__(self) -> None:
+
+class NulAnswer(HttpReceiver):
+    """Takes every POST and answers 200 with ``body``, which holds a NUL."""
+
+    def __init__(self, body: bytes, content_type: str) -> None:
         super().__init__()
+        self.body, self.content_type = body, content_type
         self.effects = 0
 
     def _deliver(self, handler: Any, body: bytes) -> None:
         with self._lock:
             self.effects += 1
-        handler.answer_raw(200, b"OK\x00\x01\x02", "application/octet-stream")
+        handler.answer_raw(200, self.body, self.content_type)
 
 
+@pytest.mark.parametrize("answer", sorted(ANSWERS))
 @pytest.mark.parametrize("resend", [False, True], ids=["plain", "receiver_deduplicates"])
 @pytest.mark.parametrize("database_url", PG_MARKED[1:], indirect=True)
 def test_a_confirmation_with_a_nul_byte_is_recorded(
-    tmp_path: Path, database_url: str, resend: bool
+    tmp_path: Path, database_url: str, resend: bool, answer: str
 ) -> None:
-    with BinaryAnswer() as receiver:
+    with NulAnswer(*ANSWERS[answer]) as receiver:
         extra = "receiver_deduplicates = true\n" if resend else ""
         config = write_config(
             tmp_path / "reach.toml",
