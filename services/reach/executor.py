@@ -59,6 +59,7 @@ ALERT_SWEEP_SECONDS = 10.0
 ALERT_MAX_ATTEMPTS = 5
 ALERT_BATCH = 50  # alerts one sweep delivers at most
 ALERT_HOLD_S = 30.0  # at least; see Executor._alert_hold_s
+ALERT_RETRY_BASE_S = 2.0  # a refused alert delivery is tried again after 2 s, 6 s, 18 s ...
 # Breaker outcomes: these categories say the receiver (or the way to it) is unwell.
 _UNHEALTHY = frozenset({"transient", "timeout", "quota", "auth"})
 # How long a worker keeps trying to record an answer while the database is away: the
@@ -812,20 +813,23 @@ class Executor:
             alert = claimed[0]
             if time.monotonic() - claimed_at + deadline + LEASE_MARGIN_S > hold:
                 return  # stalled since the claim: it runs out and the alert is taken again
-            ok, error, ambiguous = await self._deliver_alert(channel, alert, deadline)
-            retry_in: float | None = ALERT_SWEEP_SECONDS * 2 ** min(alert.delivery_attempts, 6)
-            if ambiguous and not self._config.channels[self._config.alert_channel].safe_to_resend:
-                retry_in = None  # it may have arrived: the same rule as for actions
-                error = f"outcome unknown: {error}"
+            ok, error = await self._deliver_alert(channel, alert, deadline)
+            # 2 s, 6 s, 18 s, 54 s: a receiver away for a restart still gets it. Alerts are
+            # at least once: one whose delivery may have arrived is sent again all the same
+            # (with the same Idempotency-Key), since a lost alert is the silent failure
+            # alerts exist to prevent.
+            retry_in = ALERT_RETRY_BASE_S * 3 ** min(alert.delivery_attempts, 6)
             if not await self._mark_alert(alert, ok, self._mask(error), retry_in):
                 return
+            if not ok:  # not left to the next sweep
+                asyncio.get_running_loop().call_later(retry_in, self._wake_alerts)
 
     def _alert_hold_s(self) -> float:
         """How long a worker holds an alert it delivers: longer than a lease, since a held
         alert only waits, while one taken over from a stalled worker is sent twice."""
         return max(ALERT_HOLD_S, 4 * self._config.lease_s)
 
-    async def _mark_alert(self, alert: Any, ok: bool, error: str, retry_in: float | None) -> bool:
+    async def _mark_alert(self, alert: Any, ok: bool, error: str, retry_in: float) -> bool:
         """Records a delivery, trying again while the database is away or locked (within
         the hold, after which another worker may deliver it again)."""
         try:
@@ -840,8 +844,8 @@ class Executor:
 
     async def _deliver_alert(
         self, channel: Channel, alert: Any, deadline: float
-    ) -> tuple[bool, str, bool]:
-        """Sends one alert: (delivered, why not, whether it may have arrived anyway)."""
+    ) -> tuple[bool, str]:
+        """Sends one alert: (delivered, why not)."""
         params: dict[str, Any] = {
             "kind": alert.kind,
             "tenant": alert.tenant,
@@ -861,13 +865,13 @@ class Executor:
         try:
             async with asyncio.timeout(deadline):
                 await channel.submit(outgoing)
-            return True, "", False
+            return True, ""
         except ChannelError as exc:
-            return False, f"{exc.code}: {exc.message}", exc.ambiguous
+            return False, f"{exc.code}: {exc.message}"
         except TimeoutError:
-            return False, f"no answer within {deadline:g} s", True
-        except Exception as exc:  # noqa: BLE001 - a channel bug: it may have sent
-            return False, type(exc).__name__, True
+            return False, f"no answer within {deadline:g} s"
+        except Exception as exc:  # noqa: BLE001 - a channel bug
+            return False, type(exc).__name__
 
 
 async def _patiently(what: str, call: Callable[[], Awaitable[T]]) -> T:

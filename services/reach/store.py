@@ -43,10 +43,6 @@ from services.storage.reach_models import (
     ReachTaskRow,
 )
 
-# The claim owner of an alert whose delivery may have arrived on a channel that may not
-# send it twice: nobody claims it again; it stays readable with its error.
-ALERT_OUTCOME_UNKNOWN = "delivery-outcome-unknown"
-
 
 def lease_token(worker: str) -> str:
     """A fresh lease for ``worker``: its name (cut to fit) and 16 random hex digits, so
@@ -439,7 +435,6 @@ class ReachStore:
                 .where(
                     ReachAlertRow.delivered.is_(False),
                     ReachAlertRow.delivery_attempts < max_attempts,
-                    ReachAlertRow.claim_owner != ALERT_OUTCOME_UNKNOWN,
                     (ReachAlertRow.claimed_until.is_(None)) | (ReachAlertRow.claimed_until <= now),
                 )
                 .order_by(ReachAlertRow.id)
@@ -462,12 +457,11 @@ class ReachStore:
             )
 
     def mark_alert(
-        self, alert: ReachAlertRow, delivered: bool, error: str, retry_in_s: float | None
+        self, alert: ReachAlertRow, delivered: bool, error: str, retry_in_s: float
     ) -> bool:
         """Records a delivery attempt of a claimed alert and releases the claim; False when
         the claim had been lost (it ran out and another worker took the alert). An alert
-        not delivered is due again ``retry_in_s`` from now, or, with None, never: its
-        delivery may have arrived and the alert channel may not send it twice."""
+        not delivered is due again ``retry_in_s`` from now."""
         with self._sessions.begin() as session:
             values: dict[str, Any] = {
                 "delivered": delivered,
@@ -477,10 +471,7 @@ class ReachStore:
                 "claimed_until": None,
             }
             if not delivered:
-                if retry_in_s is None:
-                    values["claim_owner"] = ALERT_OUTCOME_UNKNOWN
-                else:
-                    values["claimed_until"] = db_clock(session) + retry_in_s
+                values["claimed_until"] = db_clock(session) + retry_in_s
             result = session.execute(
                 update(ReachAlertRow)
                 .where(ReachAlertRow.id == alert.id, ReachAlertRow.claim_owner == alert.claim_owner)

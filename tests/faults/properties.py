@@ -43,8 +43,9 @@ PROPERTIES = {
     "concurrent_sends": "never two requests for one action in flight at once from the "
     "senders' side (a sender has hung up by its send deadline), unless the first one's "
     "sender was killed or paused meanwhile or the second's was just thawed",
-    "alert_twice": "each alert arrives once, unless the worker that delivered it was killed "
-    "or paused, or the database restarted, before the next delivery",
+    "alert_twice": "each alert arrives once, unless its sender did not hear it succeed, or "
+    "the worker that delivered it was killed or paused, or the database restarted, before "
+    "the next delivery",
 }
 # Windows that excuse, around a request: from 0.2 s before it to this long after it
 # (the worker needs a moment to record what it heard; on a 2-core machine running other
@@ -319,7 +320,11 @@ def alert_twice(obs: Observation) -> Iterator[Violation]:
         by_id[d.alert_id].append(d)
     for alert_id, deliveries in sorted(by_id.items()):
         pairs = zip(deliveries, deliveries[1:], strict=False)
-        unexcused = [(a, b) for a, b in pairs if not obs.hurt(a.sender, a.start, b.start)]
+        unexcused = [
+            (a, b)
+            for a, b in pairs
+            if _alert_heard(obs, a) and not obs.hurt(a.sender, a.start, b.start)
+        ]
         if unexcused:
             a, b = unexcused[0]
             action = a.body.get("action_id", "") if isinstance(a.body, dict) else ""
@@ -331,6 +336,13 @@ def alert_twice(obs: Observation) -> Iterator[Violation]:
                 f"nothing disturbed between (alert {a.body})",
                 (action,) if action else (),
             )
+
+
+def _alert_heard(obs: Observation, delivery: AlertDelivery) -> bool:
+    """Whether the sender heard this delivery succeed: answered inside its send deadline.
+    Alerts are at least once: after a delivery the sender did not hear succeed, it sends
+    the alert again (docs/AT_MOST_ONCE.md, section 5)."""
+    return delivery.answered and delivery.end - delivery.start <= obs.timing.send_deadline_s
 
 
 CHECKS: tuple[Check, ...] = (

@@ -273,11 +273,13 @@ class AlertDelivery:
     start: float
     sender: str = ""
     end: float = 0.0
+    answered: bool = False  # the 200 went out and the sender was still there
 
     def describe(self, t0: float) -> str:
+        heard = "answered" if self.answered else "not answered"
         return (
             f"{self.start - t0:8.3f}..{self.end - t0:8.3f} s {self.sender or '?'} -> "
-            f"alert {self.alert_id}: {self.body}"
+            f"alert {self.alert_id} ({heard}): {self.body}"
         )
 
 
@@ -309,6 +311,7 @@ class AlertReceiver(_Identified):
         self._stopping.wait(random.Random(f"{self._seed}/alert/{alert_id}").uniform(*self._latency))
         try:
             handler.answer(200, {"ok": True})
+            delivery.answered = True
         except OSError:
             handler.close_connection = True
         finally:
