@@ -234,28 +234,11 @@ class Executor:
             breaker.record(exc.category not in _UNHEALTHY and exc.business)
             await self._send_failed(claim, cfg, exc, attempt)
             return
-        except TimeoutError:
+        except Exception as exc:  # noqa: BLE001 - the deadline, or a channel bug
+            if not isinstance(exc, TimeoutError):
+                log.exception("channel %s raised on submit", claim.channel)
             breaker.record(False)
-            late = ChannelError(
-                "timeout",
-                "RECEIVER_TIMEOUT",
-                f"no complete answer within the send deadline of {deadline:g} s ({what})",
-                ambiguous=True,
-                duration_ms=int((time.monotonic() - started) * 1000),
-            )
-            await self._send_failed(claim, cfg, late, attempt)
-            return
-        except Exception as exc:  # noqa: BLE001 - a channel bug: treat as a lost connection
-            log.exception("channel %s raised on submit", claim.channel)
-            breaker.record(False)
-            lost = ChannelError(
-                "transient",
-                "RECEIVER_ERROR",
-                f"the channel failed unexpectedly: {type(exc).__name__}",
-                ambiguous=True,
-                duration_ms=int((time.monotonic() - started) * 1000),
-            )
-            await self._send_failed(claim, cfg, lost, attempt)
+            await self._send_failed(claim, cfg, _cut_off(exc, deadline, what, started), attempt)
             return
         breaker.record(True)
         receipt = self._receipt(attempt, "submit", answer)
@@ -872,6 +855,27 @@ class Executor:
             return False, f"no answer within {deadline:g} s"
         except Exception as exc:  # noqa: BLE001 - a channel bug
             return False, type(exc).__name__
+
+
+def _cut_off(exc: Exception, deadline: float, what: str, started: float) -> ChannelError:
+    """A submit that ended without the channel's own answer: the send deadline passed, or
+    the channel failed unexpectedly. Either way the request may have gone out."""
+    duration_ms = int((time.monotonic() - started) * 1000)
+    if isinstance(exc, TimeoutError):
+        return ChannelError(
+            "timeout",
+            "RECEIVER_TIMEOUT",
+            f"no complete answer within the send deadline of {deadline:g} s ({what})",
+            ambiguous=True,
+            duration_ms=duration_ms,
+        )
+    return ChannelError(
+        "transient",
+        "RECEIVER_ERROR",
+        f"the channel failed unexpectedly: {type(exc).__name__}",
+        ambiguous=True,
+        duration_ms=duration_ms,
+    )
 
 
 async def _patiently(what: str, call: Callable[[], Awaitable[T]]) -> T:

@@ -56,11 +56,15 @@ class ServiceProcess:
     def free_port() -> int:
         return free_port_block(1)
 
+    def command(self) -> list[str]:
+        """What runs the service; a subclass may wrap it (another clock, a namespace)."""
+        return [sys.executable, "-m", self.module]
+
     def start(self, timeout: float = 60.0) -> ServiceProcess:
         """Starts the process and returns once its health service reports SERVING."""
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", self.module],
+                self.command(),
                 cwd=ROOT,
                 env=self._env,
                 stdin=subprocess.DEVNULL,

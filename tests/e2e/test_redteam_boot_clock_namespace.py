@@ -24,19 +24,14 @@ left alone, which is exactly the clock this design already ignores.
 from __future__ import annotations
 
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from reachstore.reach.v1 import reach_service_pb2 as pb
-from reachstore.reach.v1 import reach_service_pb2_grpc as pb_grpc
-from tests.e2e.processes import CHANNEL_OPTIONS, ROOT
 from tests.e2e.redteam import describe, settle, submit, webhook_channel, write_config
 from tests.e2e.test_reach_crash import ReachProcess, state_name
 from tests.reach.peers import HttpReceiver
@@ -56,39 +51,8 @@ class TimeNamespaced(ReachProcess):
         super().__init__(*args)
         self.offset_s = offset_s
 
-    def start(self, timeout: float = 60.0) -> TimeNamespaced:
-
-        with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                ["unshare", "--time", "--boottime", str(self.offset_s), "--"]
-                + [sys.executable, "-m", self.module],
-                cwd=ROOT,
-                env=self._env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        self.channel = grpc.insecure_channel(self.address, options=CHANNEL_OPTIONS)
-        health = health_pb2_grpc.HealthStub(self.channel)
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"{self.name} exited at start:\n{self.log_tail()}")
-            try:
-                reply = health.Check(
-                    health_pb2.HealthCheckRequest(service=self.service),
-                    timeout=0.5,
-                    wait_for_ready=True,
-                )
-                if reply.status == health_pb2.HealthCheckResponse.SERVING:
-                    break
-            except grpc.RpcError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{self.name} did not become ready:\n{self.log_tail()}")
-
-        self.stub = pb_grpc.ReachServiceStub(self.channel)
-        return self
+    def command(self) -> list[str]:
+        return ["unshare", "--time", "--boottime", str(self.offset_s), "--", *super().command()]
 
 
 class Working(HttpReceiver):

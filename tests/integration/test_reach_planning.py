@@ -5,7 +5,6 @@ window's boundary finds the same action instead of minting a new key."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,6 @@ from services.reach.channels import build_channel
 from services.reach.config import ReachConfig, load_config, parse_config
 from services.reach.planning import ActionSpec, TaskSpec, plan_task
 from services.reach.store import ReachStore
-from services.storage.engine import init_schema, make_engine, make_sessions
 
 CALLER = Caller("acme", "k1", frozenset({"reach"}), groups=("ops",))
 BEFORE_MIDNIGHT = dt.datetime(2026, 11, 30, 23, 59, 59, 900_000, tzinfo=dt.UTC)
@@ -35,14 +33,6 @@ CONFIG = {
         }
     }
 }
-
-
-@pytest.fixture
-def store(database_url: str) -> Iterator[ReachStore]:
-    engine = make_engine(database_url)
-    init_schema(engine)
-    yield ReachStore(make_sessions(engine))
-    engine.dispose()
 
 
 @pytest.fixture

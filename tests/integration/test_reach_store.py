@@ -7,7 +7,6 @@ import dataclasses
 import datetime as dt
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -15,16 +14,7 @@ from services.common import errors
 from services.reach import states as st
 from services.reach.store import ActionPlan, Change, ReachStore, Receipt, TaskPlan
 from services.storage.clock import db_clock
-from services.storage.engine import init_schema, make_engine, make_sessions
 from services.storage.reach_models import ReachActionRow
-
-
-@pytest.fixture
-def store(database_url: str) -> Iterator[ReachStore]:
-    engine = make_engine(database_url)
-    init_schema(engine)
-    yield ReachStore(make_sessions(engine))
-    engine.dispose()
 
 
 def _action(name: str, key: str, depends_on: tuple[str, ...] = (), required: bool = True):  # type: ignore[no-untyped-def]

@@ -19,24 +19,14 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Iterator
 
 import pytest
 
 from services.reach import states as st
 from services.reach.store import ActionPlan, Change, ReachStore, TaskPlan
-from services.storage.engine import init_schema, make_engine, make_sessions
 
 # A Kubernetes-style name: 63 characters is the usual limit of a DNS label.
 LONG_ID = "reachstore-reach-production-eu-west-1-blue-7d9f8b6c5d-x2k9p-abc"
-
-
-@pytest.fixture
-def store(database_url: str) -> Iterator[ReachStore]:
-    engine = make_engine(database_url)
-    init_schema(engine)
-    yield ReachStore(make_sessions(engine))
-    engine.dispose()
 
 
 def _reserve(store: ReachStore) -> None:

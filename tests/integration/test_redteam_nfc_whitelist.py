@@ -17,16 +17,12 @@ from __future__ import annotations
 
 import datetime as dt
 import unicodedata
-from collections.abc import Iterator
-
-import pytest
 
 from services.common.auth import Caller
 from services.reach.channels import build_channel
 from services.reach.config import parse_config
 from services.reach.planning import ActionSpec, TaskSpec, plan_task
 from services.reach.store import ReachStore
-from services.storage.engine import init_schema, make_engine, make_sessions
 
 CALLER = Caller("acme", "k1", frozenset({"reach"}))
 NOW = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
@@ -42,14 +38,6 @@ CONFIG = {
         }
     }
 }
-
-
-@pytest.fixture
-def store(database_url: str) -> Iterator[ReachStore]:
-    engine = make_engine(database_url)
-    init_schema(engine)
-    yield ReachStore(make_sessions(engine))
-    engine.dispose()
 
 
 def _reserve(store: ReachStore, params: dict[str, object]):  # type: ignore[no-untyped-def]

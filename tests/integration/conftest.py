@@ -1,0 +1,19 @@
+"""Fixtures of the integration tests: ``store`` is the reach store on a fresh database of
+each engine (a test module with another kind of store defines its own ``store``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from services.reach.store import ReachStore
+from services.storage.engine import init_schema, make_engine, make_sessions
+
+
+@pytest.fixture
+def store(database_url: str) -> Iterator[ReachStore]:
+    engine = make_engine(database_url)
+    init_schema(engine)
+    yield ReachStore(make_sessions(engine))
+    engine.dispose()
