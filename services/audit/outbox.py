@@ -94,6 +94,17 @@ class Draft:
             "trace_id": self.trace_id,
         }
 
+    def outcome(self, result_status: str, error_code: str, category: str) -> dict[str, Any]:
+        """The second event of a call that failed after its first write carried the first
+        one ("ok": that change committed): the call's real status and whole duration,
+        pointing at the first event instead of repeating its parameters."""
+        return {
+            **self.event(result_status, error_code, category),
+            "event_id": uuid.uuid4().hex,
+            "time": rfc3339(dt.datetime.now(dt.UTC)),
+            "params": {"outcome_of": self.event_id},
+        }
+
 
 _current: contextvars.ContextVar[Draft | None] = contextvars.ContextVar("audit_draft", default=None)
 
