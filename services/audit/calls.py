@@ -68,7 +68,8 @@ class CallAuditor:
             method=method.rsplit("/", 1)[-1],
             params=outbox.summarise(params, self._masker),
             trace_id=trace_from_metadata(metadata),
-            idempotency_key=key if isinstance(key, str) else "",
+            # As the audit service stores it: a refused call's key may be of any length.
+            idempotency_key=key[:512] if isinstance(key, str) else "",
         )
         return _AuditedCall(self._sessions, draft, outbox.open_draft(draft))
 
