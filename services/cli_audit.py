@@ -1,4 +1,4 @@
-"""`reachstore audit verify|list`: the audit trail read straight from the database.
+"""`reachstore audit verify|list|outbox`: the audit trail read straight from the database.
 
 No service has to run: an auditor can check the chains of a stopped system, or of a copy
 of its database, with the data folder (or REACHSTORE_DATABASE_URL) and the signing key.
@@ -7,12 +7,17 @@ is set; it is never made here, since a new key would make every checkpoint look 
 
 Exit codes are for scripts: 0 every chain verifies, 1 a chain is broken, 2 the command
 could not check anything (bad flags, no key, no database).
+
+`audit outbox` shows the events still in the outbox, and the ones the audit service
+refused and the shipper set aside, with the reason; ``--release`` hands set-aside rows back
+to the shipper (once whatever refused them is fixed).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime as dt
 import json
 import os
 import sys
@@ -20,17 +25,19 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import inspect, select
+from sqlalchemy import inspect, select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from services.audit.chain import HASHED_FIELDS, MIN_KEY_BYTES, Signer
+from services.audit.outbox_metrics import outbox_counts
 from services.audit.store import AuditStore
 from services.audit.verify import Report
 from services.common.config import ConfigError, Settings
 from services.common.kept_secrets import KEPT_SECRETS
-from services.storage.audit_models import AuditEventRow
+from services.common.timefmt import rfc3339
+from services.storage.audit_models import AuditEventRow, AuditOutboxRow
 from services.storage.engine import make_engine, make_sessions
 
 AUDIT_KEY = "REACHSTORE_AUDIT_KEY"
@@ -239,6 +246,76 @@ def cmd_audit_list(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- outbox ---------------------------------------------------------------------------------
+
+
+def _set_aside(sessions: sessionmaker[Session]) -> list[AuditOutboxRow]:
+    with sessions() as session:
+        return list(
+            session.scalars(
+                select(AuditOutboxRow)
+                .where(AuditOutboxRow.quarantined_at.is_not(None))
+                .order_by(AuditOutboxRow.id)
+            )
+        )
+
+
+def _release(sessions: sessionmaker[Session], ids: list[int] | None) -> int:
+    """Hands set-aside rows (all of them when ``ids`` is None) back to the shipper."""
+    stmt = update(AuditOutboxRow).where(AuditOutboxRow.quarantined_at.is_not(None))
+    if ids is not None:
+        stmt = stmt.where(AuditOutboxRow.id.in_(ids))
+    with sessions.begin() as session:
+        result = session.execute(stmt.values(quarantined_at=None, refusal=None))
+        return int(result.rowcount)  # type: ignore[attr-defined]
+
+
+def _row_json(row: AuditOutboxRow) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "service": row.service,
+        "set_aside_at": rfc3339(dt.datetime.fromtimestamp(row.quarantined_at or 0, dt.UTC)),
+        "attempts": row.attempts,
+        "refusal": row.refusal or "",
+        "event_chars": len(row.event_json),
+    }
+
+
+def cmd_audit_outbox(args: argparse.Namespace) -> int:
+    data_dir = Path(args.data_dir).resolve()
+    ids = None if args.release_all else args.release
+
+    def read(sessions: sessionmaker[Session]) -> tuple[int, Any, list[AuditOutboxRow]]:
+        released = _release(sessions, ids) if (ids or args.release_all) else 0
+        return released, outbox_counts(sessions), _set_aside(sessions)
+
+    try:
+        released, counts, rows = _read(data_dir, read)
+    except ConfigError as exc:
+        _fail(str(exc))
+        return 2
+    if args.json:
+        listed = [{"service": s, "state": k, "events": n} for (s, k), n in sorted(counts.items())]
+        body = {"released": released, "counts": listed, "set_aside": [_row_json(r) for r in rows]}
+        print(json.dumps(body, ensure_ascii=False))
+        return 0
+    if released:
+        print(f"released {_count(released, 'event')} to the shipper")
+    if not counts:
+        print("the outbox is empty")
+    for (service, state), n in sorted(counts.items()):
+        print(f"{service}: {_count(n, 'event')} {state}")
+    for row in rows:
+        item = _row_json(row)
+        print(
+            _printable(
+                f"set aside #{item['id']} ({item['service']}, {item['set_aside_at']}): "
+                f"{item['refusal']}"
+            )
+        )
+    return 0
+
+
 def _positive(text: str) -> int:
     try:
         value = int(text)
@@ -267,3 +344,18 @@ def add_audit_parser(commands: argparse._SubParsersAction) -> None:
     )
     verify.set_defaults(func=cmd_audit_verify)
     listing.set_defaults(func=cmd_audit_list)
+    waiting = actions.add_parser(
+        "outbox", help="events waiting to be shipped, and those the audit service refused"
+    )
+    waiting.add_argument("--data-dir", default="./data", help="the data folder `up` uses")
+    waiting.add_argument("--json", action="store_true", help="one JSON object, for scripts")
+    release = waiting.add_mutually_exclusive_group()
+    release.add_argument(
+        "--release",
+        type=_positive,
+        action="append",
+        metavar="ID",
+        help="hand this set-aside row back to the shipper (repeatable)",
+    )
+    release.add_argument("--release-all", action="store_true", help="hand every set-aside row back")
+    waiting.set_defaults(func=cmd_audit_outbox)

@@ -4,7 +4,8 @@ Every call that changes something (any scope but ``read``) is audited, and reads
 ``REACHSTORE_AUDIT_READS`` is on. The audit service's own calls are not (appending an
 event must not append an event). A call's event is written with its change
 (``outbox.install``) or, when it changed nothing, on its own once it has finished —
-failures included, with their status, error code and category.
+failures included, with their status, error code and category. A call that fails after
+its first write gets a second event with that failure and its whole duration.
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ class CallAuditor:
             method=method.rsplit("/", 1)[-1],
             params=outbox.summarise(params, self._masker),
             trace_id=trace_from_metadata(metadata),
-            idempotency_key=key if isinstance(key, str) else "",
+            # As the audit service stores it: a refused call's key may be of any length.
+            idempotency_key=key[:512] if isinstance(key, str) else "",
         )
         return _AuditedCall(self._sessions, draft, outbox.open_draft(draft))
 
@@ -84,12 +86,16 @@ class _AuditedCall:
         self._token = token
 
     async def end(self, status: grpc.StatusCode, error_code: str = "", category: str = "") -> None:
-        """Writes the event of a call that changed nothing (the others are written)."""
+        """Writes the event of a call that changed nothing; for a call whose change already
+        carried its event, a second one only when the call then failed (``Draft.outcome``)."""
         outbox.close_draft(self._token)
         draft = self._draft
-        if draft.written:
-            return
-        draft.written = True
         result = "ok" if status == grpc.StatusCode.OK else status.name
-        fields = draft.event(result, error_code, category)
+        if draft.written:
+            if status == grpc.StatusCode.OK:
+                return
+            fields = draft.outcome(result, error_code, category)
+        else:
+            draft.written = True
+            fields = draft.event(result, error_code, category)
         await asyncio.to_thread(outbox.write_now, self._sessions, draft.service, fields)

@@ -14,6 +14,19 @@ Every service writes its events to the ``audit_outbox`` table; a shipper
 Personal data is masked before anything reaches the outbox (``services/common/pii.py``),
 long texts (a document's body) are replaced by their length and digest, and the audit
 service masks again on arrival.
+
+Every event is bounded before it is stored, because the outbox is fed by callers: a
+refused call's draft holds whatever the request held, and one event the audit service
+cannot take must not be written at all. Maps and lists keep their first ``MAX_ITEMS``
+entries (saying how many more there were), keys are cut to ``MAX_KEY`` characters,
+nesting to ``MAX_DEPTH`` levels, NUL characters and lone surrogates (which no audit
+service or database column takes) become U+FFFD, and an event still over
+``MAX_EVENT_BYTES`` keeps only a digest of its parameters (``record``).
+
+A call that fails after its first write has its event written with that write ("ok",
+the change committed) and a second event when it ends, with its real status and whole
+duration (``Draft.outcome``): the trail is append-only and the first event may already
+be shipped and chained, so it is never rewritten.
 """
 
 from __future__ import annotations
@@ -22,6 +35,7 @@ import contextvars
 import dataclasses
 import datetime as dt
 import hashlib
+import re
 import time
 import uuid
 from collections.abc import Mapping
@@ -38,7 +52,13 @@ from services.storage.audit_models import AuditOutboxRow
 # Strings longer than this are recorded as {"chars", "sha256"}: the trail proves what was
 # sent without holding whole documents.
 MAX_TEXT = 512
-MAX_ITEMS = 100
+MAX_ITEMS = 100  # entries kept of a list or a map
+MAX_KEY = 128  # characters kept of a map key
+MAX_DEPTH = 8  # levels of nested maps and lists kept
+# An event larger than this as stored JSON keeps only a digest of its parameters: a page
+# of 100 events stays far below the 32 MiB message limit, and a shipper batch holds many.
+MAX_EVENT_BYTES = 128 * 1024
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
 @dataclasses.dataclass
@@ -74,6 +94,17 @@ class Draft:
             "trace_id": self.trace_id,
         }
 
+    def outcome(self, result_status: str, error_code: str, category: str) -> dict[str, Any]:
+        """The second event of a call that failed after its first write carried the first
+        one ("ok": that change committed): the call's real status and whole duration,
+        pointing at the first event instead of repeating its parameters."""
+        return {
+            **self.event(result_status, error_code, category),
+            "event_id": uuid.uuid4().hex,
+            "time": rfc3339(dt.datetime.now(dt.UTC)),
+            "params": {"outcome_of": self.event_id},
+        }
+
 
 _current: contextvars.ContextVar[Draft | None] = contextvars.ContextVar("audit_draft", default=None)
 
@@ -94,21 +125,76 @@ def annotate(idempotency_key: str) -> None:
 
 
 def summarise(value: Any, masker: Masker) -> Any:
-    """Parameters as the trail keeps them: masked, long texts replaced by a digest."""
-    masked = masker.mask_value(value)
-    return _shorten(masked)
+    """Parameters as the trail keeps them: bounded, masked, long texts replaced by a digest.
+    Bounded first, so that masking costs what is kept, not what was sent."""
+    return _shorten(masker.mask_value(_bound(value, 0)))
+
+
+def _digest(text: str) -> dict[str, Any]:
+    return {"chars": len(text), "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()}
+
+
+def _bound(value: Any, depth: int) -> Any:
+    if isinstance(value, Mapping):
+        if depth >= MAX_DEPTH:
+            return {"depth_cut": True}
+        items = list(value.items())
+        kept = {_key(k): _bound(v, depth + 1) for k, v in items[:MAX_ITEMS]}
+        if len(items) > MAX_ITEMS:
+            kept["more_keys"] = len(items) - MAX_ITEMS
+        return kept
+    if isinstance(value, list | tuple):
+        if depth >= MAX_DEPTH:
+            return {"depth_cut": True}
+        head = [_bound(v, depth + 1) for v in value[:MAX_ITEMS]]
+        return head + ([{"more_items": len(value) - MAX_ITEMS}] if len(value) > MAX_ITEMS else [])
+    return value
+
+
+def _key(key: Any) -> str:
+    text = str(key)
+    if len(text) <= MAX_KEY:
+        return text
+    return f"{text[:64]}…sha256:{hashlib.sha256(text.encode('utf-8', 'replace')).hexdigest()[:16]}"
 
 
 def _shorten(value: Any) -> Any:
     if isinstance(value, str) and len(value) > MAX_TEXT:
-        digest = hashlib.sha256(value.encode("utf-8")).hexdigest()
-        return {"chars": len(value), "sha256": digest}
+        return _digest(value)
     if isinstance(value, Mapping):
         return {k: _shorten(v) for k, v in value.items()}
     if isinstance(value, list):
-        head = [_shorten(v) for v in value[:MAX_ITEMS]]
-        return head + ([{"more_items": len(value) - MAX_ITEMS}] if len(value) > MAX_ITEMS else [])
+        return [_shorten(v) for v in value]
     return value
+
+
+def storable_text(text: str) -> str:
+    """``text`` with NUL characters and lone surrogates (which neither the audit service
+    nor a PostgreSQL text column takes) replaced by U+FFFD."""
+    return _UNSTORABLE.sub("\ufffd", text)
+
+
+def _storable(value: Any) -> Any:
+    """``value`` with ``storable_text`` applied to every string and key."""
+    if isinstance(value, str):
+        return storable_text(value)
+    if isinstance(value, Mapping):
+        return {_storable(str(k)): _storable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_storable(v) for v in value]
+    return value
+
+
+def bounded_event(fields: Mapping[str, Any]) -> str:
+    """The event as stored in the outbox: canonical JSON the audit service takes, at most
+    about ``MAX_EVENT_BYTES`` (parameters over that are replaced by their digest)."""
+    event = _storable(dict(fields))
+    text = canonical_json(event)
+    if len(text.encode("utf-8")) > MAX_EVENT_BYTES:
+        params = canonical_json(event.get("params") or {})
+        event["params"] = {"params_cut": _digest(params)}
+        text = canonical_json(event)
+    return text
 
 
 def record(session: Session, service: str, fields: Mapping[str, Any]) -> None:
@@ -116,7 +202,7 @@ def record(session: Session, service: str, fields: Mapping[str, Any]) -> None:
     session.add(
         AuditOutboxRow(
             service=service,
-            event_json=canonical_json(dict(fields)),
+            event_json=bounded_event(fields),
             created_at=time.time(),
             attempts=0,
         )

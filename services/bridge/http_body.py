@@ -7,6 +7,7 @@ The size is checked from ``Content-Length`` before a byte is read, and again whi
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from starlette.requests import Request
@@ -15,6 +16,11 @@ from services.bridge.json_codec import json_type
 from services.common import errors
 
 MAX_BODY_BYTES = 20 * 1024 * 1024
+# JSON can spell a lone UTF-16 surrogate ("\ud800"), which no UTF-8 text (protobuf strings,
+# database columns, our own JSON answers) can hold. A pair of escapes decodes to one
+# character, so any surrogate left after decoding is a lone one.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 class _DuplicateKey(ValueError):
@@ -131,4 +137,33 @@ def parse_json_object(body: bytes) -> dict[str, Any]:
     if not isinstance(value, dict):
         got = json_type(value)
         raise _malformed(f"the body must be a JSON object, got {got}", expected="object", got=got)
+    if _SURROGATE_ESCAPE.search(text):
+        _refuse_lone_surrogates(value)
     return value
+
+
+def _refuse_lone_surrogates(body: dict[str, Any]) -> None:
+    """INVALID_ARGUMENT naming the first field (in document order) whose text holds a lone
+    surrogate; for an object key, the object that holds it ("body" at the top). Walked
+    with a stack: a body may nest as deep as the JSON parser allows."""
+    stack: list[tuple[str, Any]] = [("", body)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, str):
+            if _SURROGATE.search(value):
+                raise _lone_surrogate(path)
+        elif isinstance(value, dict):
+            if any(_SURROGATE.search(key) for key in value):
+                raise _lone_surrogate(path or "body")
+            items = [(f"{path}.{k}" if path else k, v) for k, v in value.items()]
+            stack.extend(reversed(items))
+        elif isinstance(value, list):
+            stack.extend(reversed([(f"{path}[{i}]", v) for i, v in enumerate(value)]))
+
+
+def _lone_surrogate(path: str) -> errors.ReachstoreError:
+    return errors.invalid(
+        path,
+        "must be Unicode text: it holds a lone surrogate (a \\ud800-\\udfff escape without "
+        "its pair), which JSON can spell and UTF-8 cannot",
+    )

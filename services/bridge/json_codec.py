@@ -278,7 +278,9 @@ def scalar_from_json(field: FieldDescriptor, value: Any, path: str) -> Any:
     return value
 
 
-_INT_TEXT = re.compile(r"[+-]?[0-9]+")
+_INT_TEXT = re.compile(r"[+-]?[0-9]+")  # ASCII digits: str.isdigit() also takes "²"
+# int() refuses text past 4,300 digits; every integer field's range ends long before this.
+_MAX_SIGNIFICANT_DIGITS = 30
 
 
 def scalar_from_text(field: FieldDescriptor, text: str, path: str) -> Any:
@@ -286,8 +288,14 @@ def scalar_from_text(field: FieldDescriptor, text: str, path: str) -> Any:
     cpp = field.cpp_type
     if cpp in _INT_RANGES:
         if not _INT_TEXT.fullmatch(text):
-            raise errors.invalid(path, "expected integer", expected="integer", got=text)
-        return _integer(field, int(text), path)
+            raise errors.invalid(path, "expected integer", expected="integer", got=text[:64])
+        sign, digits = ("-" if text.startswith("-") else ""), text.lstrip("+-").lstrip("0")
+        if len(digits) > _MAX_SIGNIFICANT_DIGITS:
+            kind, low, high = _INT_RANGES[cpp]
+            raise errors.invalid(
+                path, f"integer out of {kind} range", expected="integer", minimum=low, maximum=high
+            )
+        return _integer(field, int(sign + (digits or "0")), path)
     if cpp in (_FD.CPPTYPE_DOUBLE, _FD.CPPTYPE_FLOAT):
         try:
             number = float(text)

@@ -563,12 +563,15 @@ TOO_MANY_CONNECTIONS = _entry(
     retry_after_ms=1000,
     bridge_http_status=503,
 )
+# Not transient: nothing says an unexpected error passes with time, and "retry in 1 s" on
+# a request the server cannot handle has an agent send it for ever. What is known to pass
+# (the database away, a service not answering) has its own transient code.
 INTERNAL = _entry(
     "INTERNAL",
-    _T,
+    _P,
     _S.INTERNAL,
-    "An unexpected server error; it was logged with the request id.",
-    retry_after_ms=1000,
+    "An unexpected server error; it was logged with the request id. Not retryable as sent: "
+    "report the request id.",
 )
 
 

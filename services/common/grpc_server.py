@@ -161,8 +161,9 @@ async def _end_unrecorded(audited: AuditedCall | None, status: grpc.StatusCode, 
     its error, and the log says what went unrecorded."""
     if audited is None:
         return
+    category = pf_pb2.Category.Name(errors.lookup(code).category)
     try:
-        await audited.end(status, code, "transient")
+        await audited.end(status, code, category.removeprefix("CATEGORY_").lower())
     except Exception as exc:  # noqa: BLE001 - the call's own error must still reach the caller
         if not database_errors.is_transient(exc):
             raise

@@ -13,6 +13,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from reachstore.query.v1 import query_service_pb2, query_service_pb2_grpc  # noqa: E402
+from services.audit.outbox_metrics import OutboxGauges  # noqa: E402
 from services.audit.wiring import auditing  # noqa: E402
 from services.common import logs  # noqa: E402
 from services.common.config import Settings  # noqa: E402
@@ -57,6 +58,8 @@ async def _run(settings: Settings) -> None:
     limiter = RequestLimiter(settings.limits)
     auditor, shipping, _ = auditing(make_sessions(engine), settings, ["query"])
     metrics = QueryMetrics()
+    # The outbox is the deployment's, in the shared store: this process shows all of it.
+    metrics.registry.register(OutboxGauges(make_sessions(engine)))
     if settings.metrics_listen:
         metrics.serve(settings.metrics_listen)
     pool = concurrent.futures.ThreadPoolExecutor(SEARCH_THREADS, thread_name_prefix="search")

@@ -20,6 +20,7 @@ from typing import Any
 
 from services.common import errors, names
 from services.common.auth import Caller
+from services.common.timefmt import parse_rfc3339
 from services.common.tracing import TRACE_RE
 from services.reach.channels.base import Channel, InvalidParams, Outgoing
 from services.reach.config import ReachConfig
@@ -297,14 +298,7 @@ def _logical_time(text: str, now: dt.datetime, tolerance_s: float) -> dt.datetim
     boundary still names the first attempt's moment and keeps its key."""
     if not text:
         return now
-    try:
-        value = dt.datetime.fromisoformat(text)
-    except ValueError:
-        raise errors.invalid(
-            "logical_time", "an RFC 3339 time with an offset, e.g. 2026-11-30T09:00:00Z"
-        ) from None
-    if value.tzinfo is None:
-        raise errors.invalid("logical_time", "needs an offset (Z or ±hh:mm)")
+    value = parse_rfc3339(text, "logical_time")
     off = (value - now).total_seconds()
     if abs(off) > tolerance_s:
         raise errors.invalid(
@@ -313,7 +307,7 @@ def _logical_time(text: str, now: dt.datetime, tolerance_s: float) -> dt.datetim
             f"({now.isoformat().replace('+00:00', 'Z')}; this one is {off:+.0f} s off); "
             "leave it out to use the server's clock",
         )
-    return value.astimezone(dt.UTC)
+    return value
 
 
 def _trace_id(given: str, from_metadata: str) -> str:

@@ -77,7 +77,11 @@ class AuditCheckpointRow(Base):
 
 class AuditOutboxRow(Base):
     """An event waiting to be shipped to the audit service by its service's shipper.
-    Written in the transaction of the change it describes; deleted once acknowledged."""
+    Written in the transaction of the change it describes; deleted once acknowledged.
+
+    A row the audit service refuses for what it holds (or that cannot be encoded at all)
+    is set aside, not deleted: ``quarantined_at`` and ``refusal`` say when and why, the
+    shipper passes over it, and the metrics count it until an operator deals with it."""
 
     __tablename__ = "audit_outbox"
     __table_args__ = (Index("ix_audit_outbox_service", "service", "id"), NO_ID_REUSE)
@@ -87,6 +91,8 @@ class AuditOutboxRow(Base):
     event_json: Mapped[str] = mapped_column(Text)
     created_at: Mapped[float] = mapped_column(Float)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
+    quarantined_at: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
+    refusal: Mapped[str | None] = mapped_column(Text, nullable=True, default=None)
 
 
 _APPEND_ONLY = ("audit_events", "audit_checkpoints")

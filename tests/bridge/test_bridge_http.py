@@ -16,7 +16,8 @@ import httpx
 if TYPE_CHECKING:
     from conftest import Backend
 
-RETRYABLE_INTERNAL = {"category": "transient", "retryable": True, "retry_after_ms": 1000}
+# An unexpected error is not said to pass with time: retrying it as sent is not advised.
+NOT_RETRYABLE_INTERNAL = {"category": "permanent", "retryable": False, "retry_after_ms": None}
 
 
 def _error(response: httpx.Response) -> dict[str, Any]:
@@ -235,7 +236,8 @@ def test_servicer_crash_gives_internal_error_body_not_a_trace(client: httpx.Clie
     assert response.status_code == 500
     error = _error(response)
     assert error["code"] == "INTERNAL"
-    assert {k: error[k] for k in RETRYABLE_INTERNAL} == RETRYABLE_INTERNAL
+    assert {k: error[k] for k in NOT_RETRYABLE_INTERNAL} == NOT_RETRYABLE_INTERNAL
+    assert "retry-after" not in response.headers
     assert "Traceback" not in response.text and "servicer bug" not in response.text
 
 

@@ -121,9 +121,13 @@ def test_unexpected_bridge_failure_gives_internal_error_body(
     bridge = start_bridge(backend.settings(), services=[QUERY_SERVICE, sample])
     response = httpx.get(bridge.url + "/x/1/abc", timeout=10)
     assert response.status_code == 500
-    assert response.headers["retry-after"] == "1"
+    assert "retry-after" not in response.headers
     error = _error(response)
-    assert (error["code"], error["category"]) == ("INTERNAL", "transient")
+    assert (error["code"], error["category"], error["retryable"]) == (
+        "INTERNAL",
+        "permanent",
+        False,
+    )
     assert error["structured_data"] == {"request_id": error["request_id"]}
     assert "Traceback" not in response.text and "LookupError" not in response.text
 

@@ -5,10 +5,13 @@ each request message gets a strategy built from its descriptor: strings from sho
 plausible to over a megabyte, integers across and at the edges of their type, floats with
 NaN and infinities, enum numbers nobody defined, lists and maps empty, small or 100,000
 entries long, and ``Struct`` parameters wide, nested and nested deeper than protobuf parses.
-Strings that are not UTF-8 cannot be built as messages, so they are written into the wire
-format directly. Every call must end OK or with a clear status carrying our error details,
-never UNKNOWN, INTERNAL or a hang, and a bad argument or an exhausted resource must name
-its field. Afterwards each service still answers its health check and a normal call.
+Every string field also gets what services parse out of strings (``parsed_strings.py``:
+times at the calendar's edges, Unicode digits, integers longer than ``int()`` reads, page
+tokens with a hostile inside). Strings that are not UTF-8 cannot be built as messages, so
+they are written into the wire format directly. Every call must end OK or with a clear
+status carrying our error details, never UNKNOWN, INTERNAL or a hang, and a bad argument
+or an exhausted resource must name its field. Afterwards each service still answers its
+health check and a normal call.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from reachstore.query.v1 import query_service_pb2, query_service_pb2_grpc
 from services.common.grpc_server import MAX_MESSAGE_BYTES
 from tests.e2e.system import RunningSystem
 from tests.fuzz.conftest import HOME
+from tests.fuzz.parsed_strings import PARSED
 
 _FD = FieldDescriptor
 # A falsifying example may hold a megabyte string; printing it is slow but wanted.
@@ -80,6 +84,8 @@ PLAUSIBLE = [
     "é" * 300,
     "语义存储",
     "a" * 129,
+    # What a service parses out of a string: edge times, odd digits, hostile page tokens.
+    *PARSED,
 ]
 HUGE_TEXT = "x" * (1024 * 1024 + 1)
 
@@ -452,7 +458,7 @@ def _edges(field: FieldDescriptor) -> list[Any]:
         return [99, -7]
     if field.type == _FD.TYPE_BYTES:
         return [b"\xff\xfe" * 1000]
-    return [HUGE_TEXT, "y" * 70_000, "", "\x00"]
+    return [HUGE_TEXT, "y" * 70_000, "", "\x00", *PARSED]
 
 
 def _edge_requests(

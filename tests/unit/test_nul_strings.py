@@ -34,13 +34,9 @@ def _params(**values: object) -> struct_pb2.Struct:
         ),
         (
             ingest_pb.BatchCreateDocumentsRequest(
-                namespace="n",
-                documents=[
-                    ingest_pb.DocumentInput(text="fine"),
-                    ingest_pb.DocumentInput(text="\x00"),
-                ],
+                namespace="n\x00", documents=[ingest_pb.DocumentInput(text="fine")]
             ),
-            "documents[1].text",
+            "namespace",
         ),
         (query_pb.QueryRequest(namespaces=["a", "b\x00"], query="q"), "namespaces[1]"),
         (
@@ -76,3 +72,15 @@ def test_requests_without_nul_pass() -> None:
     )
     assert nul_strings.find(request) is None
     nul_strings.check(request)
+
+
+def test_a_batch_document_with_a_nul_is_left_to_its_handler_and_named_there() -> None:
+    request = ingest_pb.BatchCreateDocumentsRequest(
+        namespace="n",
+        documents=[ingest_pb.DocumentInput(text="fine"), ingest_pb.DocumentInput(text="\x00")],
+    )
+    nul_strings.check(request)  # the batch as a whole is not refused
+    nul_strings.check_item(request.documents[0], "documents[0]")
+    with pytest.raises(errors.ReachstoreError) as raised:
+        nul_strings.check_item(request.documents[1], "documents[1]")
+    assert raised.value.field == "documents[1].text"

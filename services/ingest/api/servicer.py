@@ -16,7 +16,7 @@ import grpc
 from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
 from reachstore.ingest.v1 import ingest_service_pb2 as pb
 from reachstore.ingest.v1 import ingest_service_pb2_grpc as pb_grpc
-from services.common import errors, limits, names, paging
+from services.common import errors, limits, names, nul_strings, paging
 from services.common.auth import Caller
 from services.common.identity import caller
 from services.embedding import Embedder
@@ -43,6 +43,7 @@ def _on_duplicate(value: int) -> str:
 
 def _check_document(doc: pb.DocumentInput, field: str) -> str:
     """Validates one document; returns its id (generated when empty)."""
+    nul_strings.check_item(doc, field)  # a batch's documents are not checked up front
     document_id = doc.document_id or uuid.uuid4().hex
     if doc.document_id:
         names.check_document_id(doc.document_id, f"{field}.document_id")
@@ -217,7 +218,8 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
         results: list[pb.BatchDocumentResult] = []
         failed = []
         accepted: list[tuple[int, NewTask]] = []
-        ids = [d.document_id for d in docs if d.document_id]
+        # A NUL fails its document below; looked up, it would fail the query on PostgreSQL.
+        ids = [d.document_id for d in docs if d.document_id and "\x00" not in d.document_id]
         existing = await self._run(self._store.existing_document_ids, tenant, namespace.id, ids)
         for index, doc in enumerate(docs):
             try:
