@@ -217,7 +217,8 @@ class ReachStore:
                 return self._insert(plan)
             except IntegrityError:
                 continue  # a concurrent reservation won the unique index; read what it wrote
-        raise errors.ReachstoreError(errors.INTERNAL, "reservation kept conflicting")
+        # Passing contention, not a defect: the caller may try again.
+        raise errors.ReachstoreError(errors.DATABASE_UNAVAILABLE, "reservation kept conflicting")
 
     def _existing(self, session: Session, plan: TaskPlan) -> Reserved | None:
         if plan.caller_key is not None:
