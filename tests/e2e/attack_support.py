@@ -50,8 +50,8 @@ def bearer(key: str) -> list[tuple[str, str]]:
 
 
 def error_of(reply: httpx.Response, status: int, code: str) -> dict[str, Any]:
-    assert reply.status_code == status, f"expected {status} {code}, got {reply.status_code}: " + (
-        reply.text[:400]
+    assert reply.status_code == status, (
+        f"expected {status} {code}, got {reply.status_code}: " + (reply.text[:400])
     )
     error: dict[str, Any] = reply.json()["error"]
     assert error["code"] == code, error

@@ -107,7 +107,9 @@ def _all_events(http: httpx.Client, **params: Any) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
     token = ""
     while True:
-        reply = http.get("/api/v1/audit/events", params={"page_size": 100, "page_token": token, **params})
+        reply = http.get(
+            "/api/v1/audit/events", params={"page_size": 100, "page_token": token, **params}
+        )
         assert reply.status_code == 200, reply.text
         events += reply.json()["events"]
         token = reply.json()["next_page_token"]
@@ -150,7 +152,9 @@ def test_a_key_granted_public_namespaces_reads_only_their_part_of_the_trail(
     with http_client(system, keys["public"]) as public:
         # Its own (refused) attempt is audited with the name masked; the token it learns
         # there must not let it find the admin's event about the same namespace.
-        error_of(public.post("/api/v1/namespaces", json={"name": "private-x"}), 403, "AUTH_SCOPE_MISSING")
+        error_of(
+            public.post("/api/v1/namespaces", json={"name": "private-x"}), 403, "AUTH_SCOPE_MISSING"
+        )
     with http_client(system, keys["auditor"]) as auditor:
         everything = _wait_shipped(auditor, {"CreateNamespace", "CreateDocument", "SubmitTask"})
         deadline = time.monotonic() + 30
@@ -199,7 +203,10 @@ def test_a_key_allowed_notify_channels_cannot_see_or_cancel_pay_actions(
 ) -> None:
     with http_client(system, keys["agent"]) as agent:
         pay = _submit(
-            agent, "PAY-1", _action("charge", "pay-hook", 1), _action("refund", "pay-hook", 2, "charge")
+            agent,
+            "PAY-1",
+            _action("charge", "pay-hook", 1),
+            _action("refund", "pay-hook", 2, "charge"),
         )
         mixed = _submit(
             agent, "MIX-1", _action("mail", "notify-mail", 3), _action("charge", "pay-hook", 4)
@@ -278,7 +285,10 @@ def test_creating_a_namespace_outside_the_grants_says_nothing_about_it(
     with http_client(system, keys["public"]) as public:
         exists, missing = [], []
         for _ in range(60):  # interleaved, so drift in the machine's load hits both alike
-            for name, times in (("private-y", exists), (f"private-{uuid.uuid4().hex[:8]}", missing)):
+            for name, times in (
+                ("private-y", exists),
+                (f"private-{uuid.uuid4().hex[:8]}", missing),
+            ):
                 started = time.perf_counter()
                 reply = public.post("/api/v1/namespaces", json={"name": name})
                 times.append((time.perf_counter() - started, reply))
@@ -288,5 +298,7 @@ def test_creating_a_namespace_outside_the_grants_says_nothing_about_it(
         medians = [statistics.median(t for t, _ in times) for times in (exists, missing)]
         assert abs(medians[0] - medians[1]) < 0.002, medians
         # Inside its grants the key sees the namespace anyway, so "exists" tells it nothing.
-        error_of(public.post("/api/v1/namespaces", json={"name": "public-b"}), 409, "NAMESPACE_EXISTS")
+        error_of(
+            public.post("/api/v1/namespaces", json={"name": "public-b"}), 409, "NAMESPACE_EXISTS"
+        )
         assert public.get("/api/v1/namespaces/public-b").status_code == 200

@@ -156,7 +156,9 @@ def test_append_events_keeps_a_key_in_its_own_tenant(
     for batch in ([forged], [_event("acme"), forged]):
         with pytest.raises(grpc.RpcError) as refused:
             audit.AppendEvents(
-                audit_pb.AppendEventsRequest(events=batch), timeout=10, metadata=bearer(acme_internal)
+                audit_pb.AppendEventsRequest(events=batch),
+                timeout=10,
+                metadata=bearer(acme_internal),
             )
         assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED, refused.value.details()
     with http_client(system, acme_internal) as http:
