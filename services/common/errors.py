@@ -180,6 +180,14 @@ AUTH_SCOPE_MISSING = _entry(
     "The API key is valid but lacks the scope this call needs; structured_data names it.",
 )
 KEY_NOT_FOUND = _entry("KEY_NOT_FOUND", _P, _S.NOT_FOUND, "The tenant has no API key with this id.")
+KEY_EXCEEDS_CREATOR = _entry(
+    "KEY_EXCEEDS_CREATOR",
+    _A,
+    _S.PERMISSION_DENIED,
+    "A key made over the API may hold no more than the key making it: a scope, namespace or "
+    "channel pattern, group or lifetime beyond it was asked for, or auditor or internal, "
+    "which only the operator gives (`reachstore keys create`); structured_data names the field.",
+)
 
 # --- rate limits and quotas -------------------------------------------------------------
 RATE_LIMITED = _entry(

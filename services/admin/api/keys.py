@@ -1,4 +1,5 @@
-"""KeyService: an admin manages the API keys of their own tenant."""
+"""KeyService: an admin manages the API keys of their own tenant. A key made here holds
+no more than the key making it (``key_bounds.py``)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import grpc
 
 from reachstore.admin.v1 import key_service_pb2 as pb
 from reachstore.admin.v1 import key_service_pb2_grpc as pb_grpc
+from services.admin.api.key_bounds import bounded
 from services.common import errors, names, paging
 from services.common.auth import SCOPES
-from services.common.identity import caller_tenant
+from services.common.identity import caller, caller_tenant
 from services.common.timefmt import rfc3339
 from services.storage.keys import KeyRecord, KeySpec, KeyStore
 
@@ -90,7 +92,8 @@ class KeyServicer(pb_grpc.KeyServiceServicer):
     async def CreateKey(
         self, request: pb.CreateKeyRequest, context: grpc.aio.ServicerContext
     ) -> pb.CreateKeyResponse:
-        spec = check_key_request(
+        who = caller(context)
+        asked = check_key_request(
             request.name,
             list(request.scopes),
             list(request.namespaces),
@@ -98,7 +101,8 @@ class KeyServicer(pb_grpc.KeyServiceServicer):
             list(request.channels),
             list(request.groups),
         )
-        record, secret = await asyncio.to_thread(self._keys.create, caller_tenant(context), spec)
+        spec = bounded(asked, who, dt.datetime.now(dt.UTC))
+        record, secret = await asyncio.to_thread(self._keys.create, who.tenant, spec)
         return pb.CreateKeyResponse(key=key_to_pb(record), secret=secret)
 
     async def ListKeys(
