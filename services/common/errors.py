@@ -513,6 +513,13 @@ PENDING_STALLED = _entry(
 AUDIT_EVENT_NOT_FOUND = _entry(
     "AUDIT_EVENT_NOT_FOUND", _P, _S.NOT_FOUND, "The tenant's audit trail has no event with this id."
 )
+AUDIT_TENANT_NOT_ALLOWED = _entry(
+    "AUDIT_TENANT_NOT_ALLOWED",
+    _A,
+    _S.PERMISSION_DENIED,
+    "An appended event names a tenant other than the key's own; only a deployment service "
+    "key (`reachstore keys create --service`) appends for every tenant. Nothing was stored.",
+)
 
 # --- server side ---------------------------------------------------------------------------
 SERVICE_UNAVAILABLE = _entry(
