@@ -1,7 +1,8 @@
 """AuditService: append (internal), list, get, verify and read checkpoints.
 
-Ordinary callers see their own tenant's chain; the auditor scope sees every tenant's.
-Parameters are masked again on append (masking is idempotent):
+Ordinary callers see their own tenant's chain; the auditor scope sees every tenant's; a
+key with namespace grants or a channel allow-list sees only the events about what they
+cover (``visibility.py``). Parameters are masked again on append (masking is idempotent):
 a service that forgot cannot put raw personal data into the trail.
 
 An ``internal`` key appends events of its own tenant only; a deployment service key
@@ -30,6 +31,7 @@ from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
 from services.audit import verify as checks
 from services.audit.chain import Signer, canonical_json
 from services.audit.store import AuditStore, EventFilter
+from services.audit.visibility import may_read
 from services.common import errors, names, paging
 from services.common.auth import Caller
 from services.common.identity import caller
@@ -42,6 +44,10 @@ MAX_BATCH = 1000
 # The record of an append names at most this many of the batch's event ids.
 MAX_RECORDED_IDS = 100
 MAX_RECORDED_TENANTS = 20
+# A restricted key's page is filled from at most this many events read per call, in
+# reads of SCAN_BATCH; past them the page may come back short, with a token to go on.
+SCAN_BATCH = 200
+SCAN_ROUNDS = 10
 _BREAKS = {
     checks.EDITED: pb.BREAK_KIND_EDITED,
     checks.DELETED: pb.BREAK_KIND_DELETED,
@@ -202,17 +208,42 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
             since=_time_bound("since", request.since),
             until=_time_bound("until", request.until),
         )
-        rows = await asyncio.to_thread(self._store.events, where, size + 1, int(after or 0))
-        page = rows[:size]
-        token = paging.encode_token(str(page[-1].seq)) if len(rows) > size else ""
+        page, token = await asyncio.to_thread(
+            self._readable_page, caller(context), where, size, int(after or 0)
+        )
         return pb.ListEventsResponse(events=[event_to_pb(r) for r in page], next_page_token=token)
+
+    def _readable_page(
+        self, who: Caller, where: EventFilter, size: int, after: int
+    ) -> tuple[list[AuditEventRow], str]:
+        """Up to ``size`` events ``who`` may read after position ``after``, and the token
+        of the next page. Hidden events are skipped, so a restricted key's page may come
+        back short (its work per call is bounded), but it always moves on."""
+        if not who.restricted:
+            rows = self._store.events(where, size + 1, after)
+            whole = rows[:size]
+            return whole, paging.encode_token(str(whole[-1].seq)) if len(rows) > size else ""
+        page: list[AuditEventRow] = []
+        cursor = after
+        for _ in range(SCAN_ROUNDS):
+            rows = self._store.events(where, SCAN_BATCH, cursor)
+            for row in rows:
+                if may_read(who, row):
+                    if len(page) == size:
+                        return page, paging.encode_token(str(page[-1].seq))
+                    page.append(row)
+                cursor = row.seq
+            if len(rows) < SCAN_BATCH:
+                return page, ""
+        return page, paging.encode_token(str(cursor))
 
     async def GetEvent(
         self, request: pb.GetEventRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetEventResponse:
         who = caller(context)
         row = await asyncio.to_thread(self._store.get, request.event_id)
-        if row is None or (row.tenant != who.tenant and "auditor" not in who.scopes):
+        foreign = row is not None and row.tenant != who.tenant and "auditor" not in who.scopes
+        if row is None or foreign or not may_read(who, row):
             raise errors.ReachstoreError(
                 errors.AUDIT_EVENT_NOT_FOUND, structured_data={"event_id": request.event_id[:64]}
             )

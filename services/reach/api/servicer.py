@@ -1,7 +1,8 @@
 """ReachService: reserve tasks, report on them, cancel and resolve actions.
 
 Handlers only check, reserve and read; the executor (same process) sends. Every read is
-scoped to the caller's tenant, and a task or action of another tenant is simply not found.
+scoped to the caller's tenant, and a task or action of another tenant is simply not found;
+nor is one with an action outside the key's channel allow-list (``visibility.py``).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from services.common.pii import Masker
 from services.common.timefmt import rfc3339
 from services.common.tracing import trace_from_metadata
 from services.reach import states as st
-from services.reach.api import convert
+from services.reach.api import convert, visibility
 from services.reach.api.operator import OperatorCalls, action_not_found, replica_name
 from services.reach.channels.base import Channel, Outgoing
 from services.reach.config import ReachConfig
@@ -145,14 +146,22 @@ class ReachServicer(OperatorCalls, pb_grpc.ReachServiceServicer):
     async def GetTask(
         self, request: pb.GetTaskRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetTaskResponse:
-        tenant = caller(context).tenant
+        who = caller(context)
+        tenant = who.tenant
         if not 0 <= request.wait_ms <= MAX_WAIT_MS:
             raise errors.invalid("wait_ms", f"0 to {MAX_WAIT_MS} milliseconds")
+        if request.wait_ms and who.channels:
+            # A hidden task is not waited on: a missing one is answered at once too.
+            if (
+                await asyncio.to_thread(visibility.find_task, self._store, who, request.task_id)
+                is None
+            ):
+                raise _task_not_found(request.task_id)
         if request.wait_ms:
             await self._wait_for_change(
                 tenant, request.task_id, request.known_version, request.wait_ms
             )
-        found = await asyncio.to_thread(self._store.get_task, tenant, request.task_id)
+        found = await asyncio.to_thread(visibility.find_task, self._store, who, request.task_id)
         if found is None:
             raise _task_not_found(request.task_id)
         task, actions = found
@@ -185,7 +194,8 @@ class ReachServicer(OperatorCalls, pb_grpc.ReachServiceServicer):
     async def ListTasks(
         self, request: pb.ListTasksRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListTasksResponse:
-        tenant = caller(context).tenant
+        who = caller(context)
+        tenant = who.tenant
         size = names.page_size(request.page_size)
         before = paging.decode_token(request.page_token)
         state = convert.TASK_STATE_NAMES.get(request.state, "")
@@ -202,15 +212,17 @@ class ReachServicer(OperatorCalls, pb_grpc.ReachServiceServicer):
         )
         page = rows[:size]
         token = paging.encode_token(page[-1][0].task_id) if len(rows) > size else ""
+        # Tasks the key may not see are left out, so a page may come back short.
+        shown = [(t, a) for t, a in page if visibility.task_visible(who, a)]
         return pb.ListTasksResponse(
-            tasks=[convert.task_to_pb(t, a) for t, a in page], next_page_token=token
+            tasks=[convert.task_to_pb(t, a) for t, a in shown], next_page_token=token
         )
 
     async def GetAction(
         self, request: pb.GetActionRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetActionResponse:
         found = await asyncio.to_thread(
-            self._store.get_action, caller(context).tenant, request.action_id
+            visibility.find_action, self._store, caller(context), request.action_id
         )
         if found is None:
             raise action_not_found(request.action_id)
@@ -252,7 +264,7 @@ class ReachServicer(OperatorCalls, pb_grpc.ReachServiceServicer):
         self, request: pb.CancelActionRequest, context: grpc.aio.ServicerContext
     ) -> pb.CancelActionResponse:
         who = caller(context)
-        found = await asyncio.to_thread(self._store.get_action, who.tenant, request.action_id)
+        found = await asyncio.to_thread(visibility.find_action, self._store, who, request.action_id)
         if found is None:
             raise action_not_found(request.action_id)
         row = found[0]
@@ -390,7 +402,7 @@ class ReachServicer(OperatorCalls, pb_grpc.ReachServiceServicer):
         note = request.note.strip()
         if not 1 <= len(note) <= MAX_NOTE:
             raise errors.invalid("note", f"1 to {MAX_NOTE} characters: what was checked")
-        found = await asyncio.to_thread(self._store.get_action, who.tenant, request.action_id)
+        found = await asyncio.to_thread(visibility.find_action, self._store, who, request.action_id)
         if found is None:
             raise action_not_found(request.action_id)
         row = found[0]
