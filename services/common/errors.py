@@ -122,7 +122,7 @@ UNSUPPORTED_MEDIA_TYPE = _entry(
     "UNSUPPORTED_MEDIA_TYPE",
     _P,
     _S.INVALID_ARGUMENT,
-    "The HTTP body is not sent as application/json.",
+    "The HTTP body, or a POST (even with an empty body), is not sent as application/json.",
     bridge_http_status=415,
 )
 PAYLOAD_TOO_LARGE = _entry(
@@ -131,6 +131,20 @@ PAYLOAD_TOO_LARGE = _entry(
     _S.INVALID_ARGUMENT,
     "The request body is larger than the server accepts; structured_data has the limit.",
     bridge_http_status=413,
+)
+HOST_NOT_ALLOWED = _entry(
+    "HOST_NOT_ALLOWED",
+    _P,
+    _S.PERMISSION_DENIED,
+    "The request named a host the bridge does not serve (a DNS-rebinding page does); "
+    "loopback names are served, others when listed in REACHSTORE_HTTP_ALLOWED_HOSTS.",
+)
+ORIGIN_NOT_ALLOWED = _entry(
+    "ORIGIN_NOT_ALLOWED",
+    _P,
+    _S.PERMISSION_DENIED,
+    "The request came from a web page of another origin; the bridge's own origin is "
+    "served, others when listed in REACHSTORE_HTTP_ALLOWED_ORIGINS.",
 )
 ROUTE_NOT_FOUND = _entry(
     "ROUTE_NOT_FOUND",

@@ -206,7 +206,10 @@ def _page_results(browser: Browser, url: str, script: str) -> dict[str, Any]:
     context = browser.new_context()
     try:
         page = context.new_page()
-        html = f"<!doctype html><title>cute cats</title><script>window.attack = (async () => {{{script}}})();</script>"
+        html = (
+            "<!doctype html><title>cute cats</title>"
+            f"<script>window.attack = (async () => {{{script}}})();</script>"
+        )
         page.route(
             url, lambda route: route.fulfill(status=200, content_type="text/html", body=html)
         )
@@ -231,8 +234,8 @@ def test_a_dns_rebinding_page_gets_nothing(
       await answer("trail", "/api/v1/audit/events?tenant=globex");
       await answer("namespaces", "/api/v1/namespaces");
       await answer("cancel", "/api/v1/reach/actions/{action_id}:cancel", {{method: "POST"}});
-      await answer("append", "/api/v1/audit/events:append",
-                   {{method: "POST", headers: {{"Content-Type": "application/json"}}, body: {json.dumps(forged)}}});
+      await answer("append", "/api/v1/audit/events:append", {{method: "POST",
+                   headers: {{"Content-Type": "application/json"}}, body: {json.dumps(forged)}}});
       return out;
     """
     # Same origin as far as the browser knows: it reads every answer.
@@ -251,7 +254,8 @@ def test_a_foreign_page_cannot_post_blind(
     bridge = f"http://127.0.0.1:{system.http_port}"
     script = f"""
       // no-cors: the browser sends it (a "simple" request, no preflight) but hides the answer
-      await fetch("{bridge}/api/v1/reach/actions/{action_id}:cancel", {{method: "POST", mode: "no-cors"}});
+      await fetch("{bridge}/api/v1/reach/actions/{action_id}:cancel",
+                  {{method: "POST", mode: "no-cors"}});
       await fetch("{bridge}/api/v1/namespaces", {{method: "POST", mode: "no-cors",
                    headers: {{"Content-Type": "text/plain"}}, body: ""}});
       return {{}};
