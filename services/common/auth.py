@@ -7,7 +7,9 @@ declared in the protos (``reachstore.common.v1.required_scope``) and read from t
 descriptors, so no handler decides it.
 
 Without required keys (local development) a call that sends no key acts for the local
-tenant with every scope; a call that sends one is checked all the same.
+tenant with the scopes a developer works with (``LOCAL_SCOPES``: not ``auditor``, not
+``internal``); a call that sends one is checked all the same. ``docs/SECURITY.md`` says who
+may do what with which key.
 """
 
 from __future__ import annotations
@@ -32,6 +34,10 @@ SCOPES = ("read", "write", "admin", "reach", "operator", "auditor", "internal")
 # Scopes that reach beyond one tenant's own business: only the operator hands them out,
 # with `reachstore keys create`, never a key over the API.
 CLI_ONLY_SCOPES = frozenset({"auditor", "internal"})
+# The keyless caller of local development: everything a developer does with their own
+# tenant. Not `auditor` (other tenants' trails) nor `internal` (writing audit events):
+# a web page that reached the bridge must not get them (docs/SECURITY.md).
+LOCAL_SCOPES = ("read", "write", "admin", "reach", "operator")
 LOCAL_TENANT = "default"
 # The reserved tenant of deployment service keys: an `internal` key of this tenant ships
 # audit events of every tenant (`reachstore keys create --service`, or minted by `up`).
@@ -99,7 +105,7 @@ def _granted(name: str, patterns: tuple[str, ...]) -> bool:
     return not patterns or any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
 
 
-LOCAL_CALLER = Caller(LOCAL_TENANT, "", frozenset(SCOPES))
+LOCAL_CALLER = Caller(LOCAL_TENANT, "", frozenset(LOCAL_SCOPES))
 
 
 def scopes_by_method(services: Iterable[ServiceDescriptor]) -> dict[str, str]:
