@@ -22,6 +22,7 @@ from tests.e2e.attack_support import (
     cli_key,
     error_of,
     http_client,
+    same_refusal,
 )
 from tests.e2e.system import RunningSystem
 
@@ -231,3 +232,30 @@ def _as_json(event: audit_pb.AuditEvent) -> dict[str, Any]:
         "service": event.service,
         "method": event.method,
     }
+
+
+def test_a_restricted_admin_manages_only_keys_within_its_grants(system: RunningSystem) -> None:
+    root = cli_key(system, "acme", "read,write,admin", "--name", "root admin")
+    wide = cli_key(system, "acme", "read", "--namespaces", "private-*", "--name", "private")
+    docs = cli_key(system, "acme", "read,admin", "--namespaces", "docs-*", "--name", "docs admin")
+    with http_client(system, docs["secret"]) as http:
+        mine = http.post("/api/v1/keys", json={"scopes": ["read"], "namespaces": ["docs-a"]})
+        assert mine.status_code == 200, mine.text
+        listed, token = set(), ""
+        while True:
+            page = http.get("/api/v1/keys", params={"page_size": 100, "page_token": token}).json()
+            listed |= {k["key_id"] for k in page["keys"]}
+            if not (token := page["next_page_token"]):
+                break
+        assert mine.json()["key"]["key_id"] in listed and docs["key"]["key_id"] in listed
+        for other in (root, wide):
+            assert other["key"]["key_id"] not in listed, f"it lists {other['key']['name']!r}"
+            same_refusal(
+                http.post(f"/api/v1/keys/{other['key']['key_id']}:revoke", json={}),
+                http.post("/api/v1/keys/0123456789abcdef:revoke", json={}),
+                "key_id",
+            )
+        revoked = http.post(f"/api/v1/keys/{mine.json()['key']['key_id']}:revoke", json={})
+        assert revoked.status_code == 200, revoked.text
+    with http_client(system, root["secret"]) as http:
+        assert http.get("/api/v1/keys").status_code == 200, "the root admin key was revoked"
