@@ -9,6 +9,11 @@
 - Groups: a subset of the creator's (channel rules grant by group membership).
 - Lifetime: ends no later than the creator's; "no expiry" becomes the creator's expiry.
 
+The same bound decides which keys a key may list and revoke (``manages``): a key with
+namespace grants or a channel allow-list manages only keys inside them, so a restricted
+admin can neither read other keys' grants nor switch off a wider key. Scopes do not enter
+into it: an unrestricted admin manages every key of its tenant, as it always has.
+
 The command line (the operator, on the store) is not bounded: it is where keys start.
 """
 
@@ -21,7 +26,7 @@ from typing import Any
 
 from services.common import errors, patterns
 from services.common.auth import CLI_ONLY_SCOPES, Caller
-from services.storage.keys import KeySpec
+from services.storage.keys import KeyRecord, KeySpec
 
 
 def _beyond(field: str, rule: str, **data: Any) -> errors.ReachstoreError:
@@ -97,3 +102,17 @@ def _lifetime(
             limit=left,
         )
     return asked
+
+
+def manages(who: Caller, record: KeyRecord) -> bool:
+    """Whether ``who`` may see and revoke the key: one of its tenant, and inside its grants
+    and allow-list when it has them (a key without them is outside any)."""
+    return (
+        record.tenant == who.tenant
+        and _inside(record.namespaces, who.namespaces)
+        and _inside(record.channels, who.channels)
+    )
+
+
+def _inside(theirs: tuple[str, ...], own: tuple[str, ...]) -> bool:
+    return not own or (bool(theirs) and all(patterns.covered(p, own) for p in theirs))
