@@ -55,8 +55,9 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
     ),
     "REACHSTORE_AUDIT_SHIPPER_KEY": (
         "",
-        "API key (scope internal) the services ship audit events with when keys are "
-        "required; `up` mints one at start.",
+        "Deployment service key (`reachstore keys create --service`) the services ship "
+        "audit events with; `up` mints one at start. Without it events wait in the outbox: "
+        "the keyless caller may not append.",
     ),
     "REACHSTORE_REACH_CONFIG": (
         "",

@@ -136,8 +136,8 @@ HOST_NOT_ALLOWED = _entry(
     "HOST_NOT_ALLOWED",
     _P,
     _S.PERMISSION_DENIED,
-    "The request named a host the bridge does not serve (a DNS-rebinding page does); "
-    "loopback names are served, others when listed in REACHSTORE_HTTP_ALLOWED_HOSTS.",
+    "The request named a host the bridge does not serve (a DNS-rebinding page does): it "
+    "answers loopback names, its own listen address and REACHSTORE_HTTP_ALLOWED_HOSTS.",
 )
 ORIGIN_NOT_ALLOWED = _entry(
     "ORIGIN_NOT_ALLOWED",
