@@ -21,6 +21,7 @@ from reachstore.reach.v1 import reach_service_pb2 as pb
 from reachstore.reach.v1 import reach_service_pb2_grpc as pb_grpc
 from services.audit import outbox
 from services.common import errors, names, paging
+from services.common.auth import Caller
 from services.common.identity import caller
 from services.common.pii import Masker
 from services.common.timefmt import rfc3339
@@ -150,18 +151,14 @@ class ReachServicer(OperatorCalls, pb_grpc.ReachServiceServicer):
         tenant = who.tenant
         if not 0 <= request.wait_ms <= MAX_WAIT_MS:
             raise errors.invalid("wait_ms", f"0 to {MAX_WAIT_MS} milliseconds")
-        if request.wait_ms and who.channels:
-            # A hidden task is not waited on: a missing one is answered at once too.
-            if (
-                await asyncio.to_thread(visibility.find_task, self._store, who, request.task_id)
-                is None
-            ):
-                raise _task_not_found(request.task_id)
         if request.wait_ms:
+            # A hidden task is not waited on: like a missing one, it is answered at once.
+            if who.channels and await self._find_task(who, request.task_id) is None:
+                raise _task_not_found(request.task_id)
             await self._wait_for_change(
                 tenant, request.task_id, request.known_version, request.wait_ms
             )
-        found = await asyncio.to_thread(visibility.find_task, self._store, who, request.task_id)
+        found = await self._find_task(who, request.task_id)
         if found is None:
             raise _task_not_found(request.task_id)
         task, actions = found
@@ -169,6 +166,9 @@ class ReachServicer(OperatorCalls, pb_grpc.ReachServiceServicer):
             task=convert.task_to_pb(task, actions),
             partial_failures=convert.reported_failures(actions),
         )
+
+    async def _find_task(self, who: Caller, task_id: str) -> visibility.FoundTask | None:
+        return await asyncio.to_thread(visibility.find_task, self._store, who, task_id)
 
     async def _wait_for_change(self, tenant: str, task_id: str, known: int, wait_ms: int) -> None:
         """Returns when the task's version differs from ``known`` (or from its version now),
