@@ -2,9 +2,11 @@
 
 ``AuditProcess`` is ``python -m services.audit.main`` (``ServiceProcess`` of
 ``_reach_service.py``) with a signing key the benchmark also holds, so it can verify in
-its own process what the service signed. No API keys are required: calls act for the
-local caller, which has every scope (``internal`` to append, ``auditor`` to verify every
-tenant) and meets no rate limit.
+its own process what the service signed. No API keys are required, but the keyless
+caller may neither append nor read other tenants' trails: once the service is up, the
+process mints a deployment service key (``service_key``: appends for every tenant) and an
+auditor key (``auditor_key``: verifies every tenant) in its database. Each append also
+stores one event of its own, in the service tenant's chain.
 
 ``run_appends`` sends prepared ``AppendEventsRequest`` messages from ``concurrency``
 threads over one channel, each thread taking the next request when its previous one was
@@ -30,6 +32,9 @@ from _stats import cpu_seconds, latency_stats
 
 from reachstore.audit.v1 import audit_service_pb2 as pb
 from reachstore.audit.v1 import audit_service_pb2_grpc as pb_grpc
+from services.common.auth import SERVICE_TENANT
+from services.storage.engine import make_engine, make_sessions
+from services.storage.keys import KeySpec, KeyStore
 
 CALL_TIMEOUT_SECONDS = 120.0
 ATTEMPTS = 10  # calls per batch before the run fails
@@ -50,16 +55,40 @@ class AuditProcess(ServiceProcess):
     def own_settings(self) -> dict[str, str]:
         return {"REACHSTORE_AUDIT_KEY": self.audit_key}
 
+    def start(self) -> AuditProcess:
+        super().start()
+        engine = make_engine(self.database_url)
+        try:
+            keys = KeyStore(make_sessions(engine))
+            _, self.service_key = keys.create(
+                SERVICE_TENANT, KeySpec("bench: appends", ("internal",))
+            )
+            _, self.auditor_key = keys.create(
+                "bench", KeySpec("bench: verifies", ("read", "auditor"))
+            )
+        finally:
+            engine.dispose()
+        return self
+
+
+def bearer(key: str) -> list[tuple[str, str]]:
+    return [("authorization", f"Bearer {key}")]
+
 
 def _send(
-    stub: pb_grpc.AuditServiceStub, request: pb.AppendEventsRequest, failures: list[str]
+    stub: pb_grpc.AuditServiceStub,
+    request: pb.AppendEventsRequest,
+    failures: list[str],
+    api_key: str,
 ) -> int:
     """One batch, sent again after a failed call as a shipper would (the events stay in its
     outbox; ids make a resend safe), up to ``ATTEMPTS`` calls. Each failure's status and
     details go to ``failures``. Returns the events stored."""
     for _ in range(ATTEMPTS):
         try:
-            reply = stub.AppendEvents(request, timeout=CALL_TIMEOUT_SECONDS)
+            reply = stub.AppendEvents(
+                request, timeout=CALL_TIMEOUT_SECONDS, metadata=bearer(api_key)
+            )
         except grpc.RpcError as exc:
             details = _REQUEST_ID.sub("", exc.details() or "")
             failures.append(f"{exc.code().name}: {details}")
@@ -78,6 +107,7 @@ def run_appends(
     requests: Sequence[pb.AppendEventsRequest],
     concurrency: int,
     pids: Mapping[str, int],
+    api_key: str,
 ) -> dict[str, Any]:
     """Sends every request; events/s from the first call to the last reply, latency of a
     batch (first call to acknowledgement, resends included), CPU per 1000 events by
@@ -100,7 +130,7 @@ def run_appends(
                 return
             t = time.perf_counter()
             try:
-                appended = _send(stub, request, failures)
+                appended = _send(stub, request, failures, api_key)
             except BaseException as exc:  # noqa: BLE001 - raised again by the caller
                 problems.append(exc)
                 return
@@ -145,13 +175,13 @@ def run_appends(
     }
 
 
-def append_twice(address: str, request: pb.AppendEventsRequest) -> dict[str, Any]:
+def append_twice(address: str, request: pb.AppendEventsRequest, api_key: str) -> dict[str, Any]:
     """Sends the same batch of new events twice: the first time all are stored, the second
     time all are acknowledged as duplicates and none stored."""
     with grpc.insecure_channel(address, options=CHANNEL_OPTIONS) as channel:
         stub = pb_grpc.AuditServiceStub(channel)
-        first = stub.AppendEvents(request, timeout=CALL_TIMEOUT_SECONDS)
-        second = stub.AppendEvents(request, timeout=CALL_TIMEOUT_SECONDS)
+        first = stub.AppendEvents(request, timeout=CALL_TIMEOUT_SECONDS, metadata=bearer(api_key))
+        second = stub.AppendEvents(request, timeout=CALL_TIMEOUT_SECONDS, metadata=bearer(api_key))
     n = len(request.events)
     result = {
         "events": n,
@@ -167,12 +197,14 @@ def append_twice(address: str, request: pb.AppendEventsRequest) -> dict[str, Any
     return result
 
 
-def grpc_verify(address: str) -> dict[str, Any]:
+def grpc_verify(address: str, api_key: str) -> dict[str, Any]:
     """``Verify(all_tenants=true)``, timed from the client."""
     with grpc.insecure_channel(address, options=CHANNEL_OPTIONS) as channel:
         stub = pb_grpc.AuditServiceStub(channel)
         t = time.perf_counter()
-        reply = stub.Verify(pb.VerifyRequest(all_tenants=True), timeout=600.0)
+        reply = stub.Verify(
+            pb.VerifyRequest(all_tenants=True), timeout=600.0, metadata=bearer(api_key)
+        )
         seconds = time.perf_counter() - t
     return {
         "ok": reply.ok,

@@ -53,11 +53,13 @@ class Shared:
 
     pii_secret: str = dataclasses.field(default_factory=lambda: secrets.token_hex(32))
     audit_addr: str = ""
+    shipper_key: str = ""  # the deployment service key the audit process minted
 
     def settings(self) -> dict[str, str]:
         out = {"REACHSTORE_PII_SECRET": self.pii_secret}
         if self.audit_addr:
             out["REACHSTORE_AUDIT_ADDR"] = self.audit_addr
+            out["REACHSTORE_AUDIT_SHIPPER_KEY"] = self.shipper_key
         return out
 
 
@@ -135,6 +137,7 @@ class Fleet:
             )
             self._add("audit", audit)
             self.shared.audit_addr = audit.address
+            self.shared.shipper_key = audit.service_key
             if ingest:
                 self._add("ingest", IngestProcess(*self._args("ingest")))
             for i in range(1, reach + 1):

@@ -90,6 +90,7 @@ from sqlalchemy import func, select  # noqa: E402
 
 from services.audit.chain import Signer  # noqa: E402
 from services.audit.store import VERIFY_PAGE, AuditStore  # noqa: E402
+from services.common.auth import SERVICE_TENANT  # noqa: E402
 from services.common.config import ENVIRONMENT  # noqa: E402
 from services.storage.audit_models import AuditEventRow  # noqa: E402
 from services.storage.engine import make_engine, make_sessions  # noqa: E402
@@ -184,7 +185,9 @@ def measure_writes(
     top = max(args.batches)
     log(f"{engine}: warm-up, {args.warmup} events through AppendEvents ...")
     if args.warmup:
-        run_appends(audit.address, _requests(source, args.warmup, top, sent), 1, pids)
+        run_appends(
+            audit.address, _requests(source, args.warmup, top, sent), 1, pids, audit.service_key
+        )
 
     table = raw_table()
     table.create(db)
@@ -214,7 +217,7 @@ def measure_writes(
     for batch in args.batches:
         for conc in args.concurrencies:
             requests = _requests(source, args.events, batch, sent)
-            m = run_appends(audit.address, requests, conc, pids)
+            m = run_appends(audit.address, requests, conc, pids, audit.service_key)
             report["runs"].append(_row(engine, "AppendEvents gRPC", batch, conc, m))
             log(
                 f"    AppendEvents B={batch} c={conc}: {m['events_per_s']:.0f} events/s, "
@@ -235,7 +238,7 @@ def check_store(
 ) -> dict[str, Any]:
     """One batch sent twice; then the stored events per tenant against those sent."""
     events = source.fields(batch)
-    twice = append_twice(audit.address, to_request(events))
+    twice = append_twice(audit.address, to_request(events), audit.service_key)
     sent.update(e["tenant"] for e in events)
     with db.connect() as conn:
         stored: dict[str, int] = dict(
@@ -245,6 +248,8 @@ def check_store(
         )
         params_bytes = conn.execute(select(func.avg(func.length(AuditEventRow.params_json))))
         params_avg = float(params_bytes.scalar_one())
+    # The service tenant's chain holds one event per append call (its own record).
+    records = stored.pop(SERVICE_TENANT, 0)
     counts_ok = stored == dict(sent)
     log(
         f"{engine}: batch sent twice {'ok' if twice['ok'] else 'WRONG'}; stored "
@@ -256,6 +261,7 @@ def check_store(
         "stored_by_tenant": stored,
         "sent_by_tenant": dict(sent),
         "counts_ok": counts_ok,
+        "append_records": records,
         "params_json_avg_bytes": params_avg,
     }
 
@@ -301,7 +307,7 @@ def measure_verify(
         "tenants": tenants,
     }
     log(f"    in-process: {here['events_per_s']:.0f} events/s ({'ok' if here['ok'] else 'WRONG'})")
-    remote = grpc_verify(audit.address)
+    remote = grpc_verify(audit.address, audit.auditor_key)
     remote["events_per_s"] = remote["events_checked"] / remote["seconds"]
     remote["seconds_per_million"] = 1e6 * remote["seconds"] / remote["events_checked"]
     remote["ok"] = remote["ok"] and remote["events_checked"] == checked
@@ -360,9 +366,8 @@ def run_engine(engine: str, args: argparse.Namespace, tmp_root: Path, report: di
             measure_writes(engine, args, audit, db, store, source, sent, report)
             checks = check_store(engine, audit, db, source, sent, max(args.batches))
             report["checks"][engine] = checks
-            report["verify"][engine] = measure_verify(
-                engine, args, audit, store, signer, checks["stored_by_tenant"]
-            )
+            chains = {**checks["stored_by_tenant"], SERVICE_TENANT: checks["append_records"]}
+            report["verify"][engine] = measure_verify(engine, args, audit, store, signer, chains)
         except Exception:
             log(f"{engine}: the run failed; the audit service's log ends with:\n{audit.log_tail()}")
             raise

@@ -38,7 +38,7 @@ from services.cli_client import add_client_parsers
 from services.cli_client.exit_codes import TOP_LEVEL_HELP as EXIT_CODES_HELP
 from services.cli_keys import add_keys_parser
 from services.cli_serve import add_serve_parser
-from services.common.auth import LOCAL_TENANT
+from services.common.auth import LOCAL_TENANT, SERVICE_TENANT
 from services.common.config import ConfigError, Settings
 from services.common.kept_secrets import KEPT_SECRETS, kept_secret
 from services.common.pii import masker_from_env
@@ -218,16 +218,14 @@ def _seed_demo(ingest_addr: str, deadline: float, metadata: list[tuple[str, str]
             raise RuntimeError(f"seeding the demo namespace failed: {task.error.error_code}")
 
 
-SYSTEM_TENANT = "system"
-
-
 def _mint_shipper_key(engine: Engine, env: dict[str, str]) -> str | None:
-    """With keys required, the services ship audit events with a key of their own (scope
-    ``internal``) that `up` mints for this run, unless one is configured."""
+    """The services ship audit events with a deployment service key (scope ``internal``
+    in the service tenant) that `up` mints for this run, unless one is configured. In
+    local mode too: the keyless caller does not hold ``internal``."""
     if env.get("REACHSTORE_AUDIT_SHIPPER_KEY"):
         return None
     record, key = KeyStore(make_sessions(engine)).create(
-        SYSTEM_TENANT, KeySpec("reachstore up: ships audit events", ("internal",))
+        SERVICE_TENANT, KeySpec("reachstore up: ships audit events", ("internal",))
     )
     env["REACHSTORE_AUDIT_SHIPPER_KEY"] = key
     return record.key_id
@@ -238,7 +236,7 @@ def _revoke(settings: Settings, key_id: str | None) -> None:
         return
     engine = make_engine(settings.database_url)
     try:
-        KeyStore(make_sessions(engine)).revoke(SYSTEM_TENANT, key_id)
+        KeyStore(make_sessions(engine)).revoke(SERVICE_TENANT, key_id)
     finally:
         engine.dispose()
 
@@ -301,7 +299,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     # The schema is created once here, so the services never race to create it.
     engine = make_engine(settings.database_url)
     init_schema(engine)
-    shipper_key = _mint_shipper_key(engine, env) if settings.require_keys else None
+    shipper_key = _mint_shipper_key(engine, env)
     engine.dispose()
 
     system = _System(data_dir / "run")

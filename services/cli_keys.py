@@ -1,5 +1,8 @@
 """`reachstore keys create|list|revoke`: API keys managed in the store directly, which is
-how the first admin key of a tenant is made (afterwards an admin key can use the API)."""
+how the first admin key of a tenant is made (afterwards an admin key can use the API, for
+keys no wider than itself). Only here are `auditor` and `internal` keys made, and
+deployment service keys (`--service`: `internal` in the reserved tenant `system`, which
+ships audit events of every tenant)."""
 
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ from sqlalchemy import Engine
 
 from services.admin.api.keys import check_key_request
 from services.audit import outbox
-from services.common.auth import LOCAL_TENANT
+from services.common.auth import LOCAL_TENANT, SERVICE_TENANT
 from services.common.config import Settings
 from services.common.errors import ReachstoreError
 from services.common.kept_secrets import secret_for
@@ -80,7 +83,33 @@ def _csv(text: str | None) -> list[str]:
     return [part for part in (text or "").split(",") if part]
 
 
+def _service_key_request(args: argparse.Namespace) -> str | None:
+    """Why the tenant and scopes asked for do not fit a deployment service key (or an
+    ordinary key in the reserved tenant), or None. ``args`` gets the service key's."""
+    if args.service:
+        if args.tenant not in (LOCAL_TENANT, SERVICE_TENANT) or args.scopes or args.namespaces:
+            return (
+                "--service makes the deployment's service key (tenant "
+                f"{SERVICE_TENANT!r}, scope internal): leave out --tenant, --scopes and "
+                "--namespaces"
+            )
+        args.tenant, args.scopes = SERVICE_TENANT, "internal"
+        return None
+    if args.tenant == SERVICE_TENANT:
+        return (
+            f"tenant {SERVICE_TENANT!r} is reserved for deployment service keys: "
+            "make one with --service"
+        )
+    if not args.scopes:
+        return "--scopes is required (comma-separated, e.g. read,write)"
+    return None
+
+
 def cmd_keys_create(args: argparse.Namespace) -> int:
+    refusal = _service_key_request(args)
+    if refusal is not None:
+        _fail(refusal)
+        return 2
     try:
         spec = check_key_request(
             args.name,
@@ -175,8 +204,14 @@ def add_keys_parser(commands: argparse._SubParsersAction) -> None:
         if action == "create":
             sub.add_argument(
                 "--scopes",
-                required=True,
-                help="comma-separated: read,write,admin,reach,operator",
+                default="",
+                help="comma-separated: read,write,admin,reach,operator,auditor,internal",
+            )
+            sub.add_argument(
+                "--service",
+                action="store_true",
+                help=f"the deployment's service key (tenant {SERVICE_TENANT}, scope internal): "
+                "what the services ship audit events of every tenant with",
             )
             sub.add_argument("--namespaces", default="", help="comma-separated name patterns")
             sub.add_argument(

@@ -45,12 +45,18 @@ class AuditStore:
 
     # --- appending -------------------------------------------------------------------------
 
-    def append(self, events: Sequence[Mapping[str, Any]]) -> tuple[int, int]:
+    def append(
+        self, events: Sequence[Mapping[str, Any]], record: Mapping[str, Any] | None = None
+    ) -> tuple[int, int]:
         """Stores the events not stored yet, each at the end of its tenant's chain, in one
-        transaction. Returns (appended, duplicates)."""
+        transaction. Returns (appended, duplicates). ``record``, the event of the append
+        call itself (a fresh id), is stored in the same transaction and not counted."""
         for _ in range(5):
             try:
-                return self._append_once(events)
+                if record is None:
+                    return self._append_once(events)
+                appended, duplicates = self._append_once([*events, record])
+                return appended - 1, duplicates
             except IntegrityError:
                 # Another appender stored one of these ids, or created a tenant's head,
                 # first: read again and store only what is still missing.

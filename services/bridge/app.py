@@ -1,9 +1,11 @@
 """The Starlette app: one generic handler for every API route, plus health and OpenAPI.
 
-Per request: match the route (404 vs 405), read the body under the size cap (413), insist
-on JSON (415), decode it strictly (400 naming the field), call the RPC with a deadline and
-an ``x-request-id``, and render the reply with the route's success status. Every failure,
-expected or not, leaves as the one error body; nothing reaches Starlette's default 500.
+Per request: refuse hosts and web origins it does not serve (403, ``web_guard.py``),
+match the route (404 vs 405), read the body under the size cap (413), insist on JSON (415;
+a POST always, even empty), decode it strictly (400 naming the field), call the RPC with
+a deadline and an ``x-request-id``, and render the reply with the route's success status.
+Every failure, expected or not, leaves as the one error body; nothing reaches Starlette's
+default 500.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 import grpc
 from google.protobuf.descriptor import ServiceDescriptor
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route as StarletteRoute
@@ -32,6 +35,7 @@ from services.bridge.error_responses import JsonResponse
 from services.bridge.openapi import build_openapi
 from services.bridge.request_builder import build_request
 from services.bridge.routes import Route, RouteTable
+from services.bridge.web_guard import WebGuard, WebGuardMiddleware
 from services.common import errors
 from services.common.config import Settings
 
@@ -248,7 +252,12 @@ def create_app(
         StarletteRoute(CONSOLE_PREFIX + "/{file:path}", endpoint=console),
         StarletteRoute("/{path:path}", endpoint=bridge),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan)
+    guard = WebGuard.of(settings.http_allowed_hosts, settings.http_allowed_origins, settings.listen)
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        middleware=[Middleware(WebGuardMiddleware, guard=guard)],
+    )
     # "{path:path}" does not match a path holding a newline (%0A); such paths still get
     # our 404 body rather than Starlette's plain-text one.
     app.router.default = bridge

@@ -51,10 +51,11 @@ def is_json_media_type(content_type: str | None) -> bool:
     return True
 
 
-def _unsupported(content_type: str | None) -> errors.ReachstoreError:
+def _unsupported(content_type: str | None, *, empty: bool = False) -> errors.ReachstoreError:
+    what = "a POST, even with an empty body," if empty else "the body"
     return errors.ReachstoreError(
         errors.UNSUPPORTED_MEDIA_TYPE,
-        f"send the body as application/json, not {content_type or 'without a Content-Type'}",
+        f"send {what} as application/json, not {content_type or 'without a Content-Type'}",
         structured_data={"content_type": content_type or "", "supported": ["application/json"]},
     )
 
@@ -71,13 +72,17 @@ def _declared_length(request: Request) -> int | None:
 
 
 async def read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
-    """The whole body, at most ``limit`` bytes; non-empty bodies must be JSON."""
+    """The whole body, at most ``limit`` bytes; non-empty bodies must be JSON, and so must
+    every POST, even an empty one: without a Content-Type, or with text/plain or a form
+    type, a web page of any origin can send a POST without the browser asking the server
+    first (a CORS "simple" request). application/json makes the browser ask, and the
+    bridge never says yes to another origin."""
     declared = _declared_length(request)
     if declared is not None and declared > limit:
         raise _too_large(limit, declared, at_least=False)
     content_type = request.headers.get("content-type")
-    if declared and not is_json_media_type(content_type):
-        raise _unsupported(content_type)
+    if (declared or request.method == "POST") and not is_json_media_type(content_type):
+        raise _unsupported(content_type, empty=not declared)
     chunks: list[bytes] = []
     received = 0
     async for chunk in request.stream():

@@ -19,6 +19,7 @@ import uvicorn
 
 from services.bridge.app import create_app
 from services.bridge.slow_clients import GuardedHttpProtocol, guarded_protocol
+from services.bridge.web_guard import listen_host
 from services.common import logs
 from services.common.config import ConfigError, Settings
 
@@ -90,6 +91,11 @@ async def serve(settings: Settings) -> None:
         settings.ingest_addr,
         settings.reach_addr,
     )
+    if listen_host(settings.listen) is None and not settings.http_allowed_hosts:
+        log.warning(
+            "listening on every address, but answering only requests that name a loopback "
+            "host: set REACHSTORE_HTTP_ALLOWED_HOSTS to the names callers use"
+        )
     try:
         await server.serve(sockets=[sock])
     finally:

@@ -7,7 +7,9 @@ declared in the protos (``reachstore.common.v1.required_scope``) and read from t
 descriptors, so no handler decides it.
 
 Without required keys (local development) a call that sends no key acts for the local
-tenant with every scope; a call that sends one is checked all the same.
+tenant with the scopes a developer works with (``LOCAL_SCOPES``: not ``auditor``, not
+``internal``); a call that sends one is checked all the same. ``docs/SECURITY.md`` says who
+may do what with which key.
 """
 
 from __future__ import annotations
@@ -29,7 +31,17 @@ from services.common import errors
 # actions to the outside world; operator: settle actions under review; auditor: read and
 # verify every tenant's audit trail; internal: services shipping audit events.
 SCOPES = ("read", "write", "admin", "reach", "operator", "auditor", "internal")
+# Scopes that reach beyond one tenant's own business: only the operator hands them out,
+# with `reachstore keys create`, never a key over the API.
+CLI_ONLY_SCOPES = frozenset({"auditor", "internal"})
+# The keyless caller of local development: everything a developer does with their own
+# tenant. Not `auditor` (other tenants' trails) nor `internal` (writing audit events):
+# a web page that reached the bridge must not get them (docs/SECURITY.md).
+LOCAL_SCOPES = ("read", "write", "admin", "reach", "operator")
 LOCAL_TENANT = "default"
+# The reserved tenant of deployment service keys: an `internal` key of this tenant ships
+# audit events of every tenant (`reachstore keys create --service`, or minted by `up`).
+SERVICE_TENANT = "system"
 _KEY_RE = re.compile(r"rsk_([0-9a-f]{16})_([A-Za-z0-9_-]{20,128})")
 # Compared against when the key id is unknown, so both failures cost the same work.
 _DUMMY_DIGEST = "0" * 64
@@ -66,6 +78,19 @@ class Caller:
     namespaces: tuple[str, ...] = ()  # name patterns; empty means every namespace
     channels: tuple[str, ...] = ()  # reach channel patterns; empty means every channel
     groups: tuple[str, ...] = ()  # what channel rules may check as `caller.groups`
+    expires_at: dt.datetime | None = None  # aware; None: the key never expires
+
+    @property
+    def restricted(self) -> bool:
+        """Whether the key has namespace grants or a channel allow-list: it may then see
+        only what they cover, and nothing that cannot be shown to be covered."""
+        return bool(self.namespaces or self.channels)
+
+    @property
+    def is_deployment_service(self) -> bool:
+        """A deployment service key: `internal` in the reserved service tenant. It alone
+        writes audit events of tenants other than its own."""
+        return self.tenant == SERVICE_TENANT and "internal" in self.scopes
 
     def may_use(self, namespace: str) -> bool:
         """Whether the key's grants cover this namespace."""
@@ -80,7 +105,7 @@ def _granted(name: str, patterns: tuple[str, ...]) -> bool:
     return not patterns or any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
 
 
-LOCAL_CALLER = Caller(LOCAL_TENANT, "", frozenset(SCOPES))
+LOCAL_CALLER = Caller(LOCAL_TENANT, "", frozenset(LOCAL_SCOPES))
 
 
 def scopes_by_method(services: Iterable[ServiceDescriptor]) -> dict[str, str]:
@@ -122,11 +147,12 @@ class Authenticator:
     def authenticate(self, method: str, metadata: Sequence[tuple[str, str | bytes]]) -> Caller:
         """The caller of ``method``, or a ``ReachstoreError`` in the auth category."""
         headers = [value for key, value in metadata if key == "authorization"]
-        if not headers:
-            if self.require_keys:
-                raise errors.ReachstoreError(errors.AUTH_MISSING)
-            return LOCAL_CALLER
-        caller = self._verify(headers[0])
+        if headers:
+            caller = self._verify(headers[0])
+        elif self.require_keys:
+            raise errors.ReachstoreError(errors.AUTH_MISSING)
+        else:
+            caller = LOCAL_CALLER
         needed = self._scopes[method]
         if needed not in caller.scopes:
             raise errors.ReachstoreError(
@@ -164,4 +190,5 @@ class Authenticator:
             tuple(stored.namespaces),
             tuple(stored.channels),
             tuple(stored.groups),
+            _aware(stored.expires_at) if stored.expires_at is not None else None,
         )

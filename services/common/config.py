@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
+import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -54,8 +55,9 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
     ),
     "REACHSTORE_AUDIT_SHIPPER_KEY": (
         "",
-        "API key (scope internal) the services ship audit events with when keys are "
-        "required; `up` mints one at start.",
+        "Deployment service key (`reachstore keys create --service`) the services ship "
+        "audit events with; `up` mints one at start. Without it events wait in the outbox: "
+        "the keyless caller may not append.",
     ),
     "REACHSTORE_REACH_CONFIG": (
         "",
@@ -121,6 +123,19 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
         "60",
         "Bridge: seconds a request has, after its head, to send its whole body; then the "
         "connection closes.",
+    ),
+    "REACHSTORE_HTTP_ALLOWED_HOSTS": (
+        "",
+        "Bridge: host names it answers to besides the loopback ones (localhost, 127.0.0.1, "
+        "[::1]), comma-separated, without ports; a request naming another host (as a "
+        "DNS-rebinding page does) gets 403 HOST_NOT_ALLOWED. `*`: any name (only with "
+        "REACHSTORE_REQUIRE_KEYS=true, behind a proxy that checks names itself).",
+    ),
+    "REACHSTORE_HTTP_ALLOWED_ORIGINS": (
+        "",
+        "Bridge: web origins (scheme://host[:port]) whose pages may call it besides its own, "
+        "comma-separated; a request a page of another origin sends gets 403 "
+        "ORIGIN_NOT_ALLOWED.",
     ),
     "REACHSTORE_HTTP_MAX_CONNECTIONS": (
         "2000",
@@ -194,6 +209,39 @@ def _ingest_lease(env: Mapping[str, str]) -> tuple[float, float]:
     return lease_s, heartbeat_s
 
 
+def _hosts(env: Mapping[str, str], require_keys: bool) -> tuple[str, ...]:
+    name = "REACHSTORE_HTTP_ALLOWED_HOSTS"
+    hosts = tuple(h.strip().lower() for h in env.get(name, "").split(",") if h.strip())
+    for host in hosts:
+        if host == "*":
+            if not require_keys:
+                raise ConfigError(
+                    f"{name}=* needs REACHSTORE_REQUIRE_KEYS=true: without keys any page a "
+                    "developer visits could call the bridge through a name of its own"
+                )
+            continue
+        bracketed = host.startswith("[") and host.endswith("]")
+        bare = host[1:-1] if bracketed else host
+        # A colon belongs inside brackets (an IPv6 address) and nowhere else (a port).
+        if not bare or set(host) & set("/*@ ") or (":" in bare) != bracketed:
+            raise ConfigError(
+                f"{name}: {host!r} is not a host name (no scheme, path or port; an IPv6 "
+                "address in brackets)"
+            )
+    return hosts
+
+
+def _origins(env: Mapping[str, str]) -> tuple[str, ...]:
+    name = "REACHSTORE_HTTP_ALLOWED_ORIGINS"
+    origins = []
+    for raw in filter(None, (o.strip() for o in env.get(name, "").split(","))):
+        parts = urllib.parse.urlsplit(raw.lower())
+        if parts.scheme not in ("http", "https") or not parts.netloc or parts.path.strip("/"):
+            raise ConfigError(f"{name}: {raw!r} is not an origin like https://app.example.com")
+        origins.append(f"{parts.scheme}://{parts.netloc}")
+    return tuple(origins)
+
+
 def _delays(raw: str) -> dict[str, int]:
     delays: dict[str, int] = {}
     for item in filter(None, (part.strip() for part in raw.split(","))):
@@ -236,6 +284,8 @@ class Settings:
     http_max_connections: int = 2000
     ingest_lease_s: float = 30.0
     ingest_heartbeat_s: float = 10.0
+    http_allowed_hosts: tuple[str, ...] = ()
+    http_allowed_origins: tuple[str, ...] = ()
 
     @classmethod
     def from_env(
@@ -257,6 +307,7 @@ class Settings:
                 "REACHSTORE_QUERY_TIMEOUT_DEFAULT_MS must not exceed "
                 "REACHSTORE_QUERY_TIMEOUT_CAP_MS"
             )
+        require_keys = _bool(env, "REACHSTORE_REQUIRE_KEYS")
         return cls(
             data_dir=data_dir,
             database_url=database_url,
@@ -284,7 +335,7 @@ class Settings:
             ingest_batch_chunks=_int(env, "REACHSTORE_INGEST_BATCH_CHUNKS", 1),
             fault_namespace_delay_ms=_delays(env.get("REACHSTORE_FAULT_NAMESPACE_DELAY_MS", "")),
             fault_rebuild_delay_ms=_int(env, "REACHSTORE_FAULT_REBUILD_DELAY_MS", 0),
-            require_keys=_bool(env, "REACHSTORE_REQUIRE_KEYS"),
+            require_keys=require_keys,
             limits=Limits.from_env(env),
             log_level=env.get("REACHSTORE_LOG_LEVEL", "INFO").upper(),
             http_head_timeout_s=_seconds(env, "REACHSTORE_HTTP_HEAD_TIMEOUT_S"),
@@ -292,4 +343,6 @@ class Settings:
             http_max_connections=_int(env, "REACHSTORE_HTTP_MAX_CONNECTIONS", 1),
             ingest_lease_s=ingest_lease_s,
             ingest_heartbeat_s=ingest_heartbeat_s,
+            http_allowed_hosts=_hosts(env, require_keys),
+            http_allowed_origins=_origins(env),
         )

@@ -122,7 +122,7 @@ UNSUPPORTED_MEDIA_TYPE = _entry(
     "UNSUPPORTED_MEDIA_TYPE",
     _P,
     _S.INVALID_ARGUMENT,
-    "The HTTP body is not sent as application/json.",
+    "The HTTP body, or a POST (even with an empty body), is not sent as application/json.",
     bridge_http_status=415,
 )
 PAYLOAD_TOO_LARGE = _entry(
@@ -131,6 +131,20 @@ PAYLOAD_TOO_LARGE = _entry(
     _S.INVALID_ARGUMENT,
     "The request body is larger than the server accepts; structured_data has the limit.",
     bridge_http_status=413,
+)
+HOST_NOT_ALLOWED = _entry(
+    "HOST_NOT_ALLOWED",
+    _P,
+    _S.PERMISSION_DENIED,
+    "The request named a host the bridge does not serve (a DNS-rebinding page does): it "
+    "answers loopback names, its own listen address and REACHSTORE_HTTP_ALLOWED_HOSTS.",
+)
+ORIGIN_NOT_ALLOWED = _entry(
+    "ORIGIN_NOT_ALLOWED",
+    _P,
+    _S.PERMISSION_DENIED,
+    "The request came from a web page of another origin; the bridge's own origin is "
+    "served, others when listed in REACHSTORE_HTTP_ALLOWED_ORIGINS.",
 )
 ROUTE_NOT_FOUND = _entry(
     "ROUTE_NOT_FOUND",
@@ -180,6 +194,14 @@ AUTH_SCOPE_MISSING = _entry(
     "The API key is valid but lacks the scope this call needs; structured_data names it.",
 )
 KEY_NOT_FOUND = _entry("KEY_NOT_FOUND", _P, _S.NOT_FOUND, "The tenant has no API key with this id.")
+KEY_EXCEEDS_CREATOR = _entry(
+    "KEY_EXCEEDS_CREATOR",
+    _A,
+    _S.PERMISSION_DENIED,
+    "A key made over the API may hold no more than the key making it: a scope, namespace or "
+    "channel pattern, group or lifetime beyond it was asked for, or auditor or internal, "
+    "which only the operator gives (`reachstore keys create`); structured_data names the field.",
+)
 
 # --- rate limits and quotas -------------------------------------------------------------
 RATE_LIMITED = _entry(
@@ -511,6 +533,13 @@ PENDING_STALLED = _entry(
 # --- audit -----------------------------------------------------------------------------------
 AUDIT_EVENT_NOT_FOUND = _entry(
     "AUDIT_EVENT_NOT_FOUND", _P, _S.NOT_FOUND, "The tenant's audit trail has no event with this id."
+)
+AUDIT_TENANT_NOT_ALLOWED = _entry(
+    "AUDIT_TENANT_NOT_ALLOWED",
+    _A,
+    _S.PERMISSION_DENIED,
+    "An appended event names a tenant other than the key's own; only a deployment service "
+    "key (`reachstore keys create --service`) appends for every tenant. Nothing was stored.",
 )
 
 # --- server side ---------------------------------------------------------------------------

@@ -126,7 +126,7 @@ def test_get_task_prints_zero_values_and_absent_optionals(client: httpx.Client) 
 
 
 def test_suffix_verb_route_reaches_its_rpc(client: httpx.Client) -> None:
-    response = client.post("/api/v1/tasks/t-3:cancel")
+    response = client.post("/api/v1/tasks/t-3:cancel", json={})
     assert response.status_code == 200
     assert response.json()["task"]["state"] == "cancelled"
 
@@ -147,10 +147,12 @@ def test_query_params_and_encoded_path_reach_the_service(
 
 
 def test_empty_post_body_counts_as_empty_object(client: httpx.Client, backend: Backend) -> None:
-    response = client.post("/api/v1/query")
+    response = client.post("/api/v1/query", headers={"Content-Type": "application/json"})
     assert response.status_code == 200
     request, _ = backend.recorder.last("Query")
     assert list(request.namespaces) == [] and request.query == ""
+    # Without saying it is JSON, an empty POST is what any web page can send blind.
+    assert client.post("/api/v1/query").status_code == 415
 
 
 def test_request_id_is_sent_to_the_service_and_returned(

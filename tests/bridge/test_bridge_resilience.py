@@ -154,7 +154,7 @@ def test_small_requests_take_about_a_millisecond_not_40(bridge: BridgeServer) ->
     host, port = bridge.url.removeprefix("http://").split(":")
     body = b'{"namespaces": ["demo"], "query": "q"}'
     request = (
-        b"POST /api/v1/query HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        b"POST /api/v1/query HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
         b"content-length: %d\r\n\r\n%s" % (len(body), body)
     )
     with socket.create_connection((host, int(port)), timeout=10) as sock:

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 
 from tests.e2e.private_postgres import PrivatePostgres
-from tests.e2e.processes import ROOT, ServiceProcess
+from tests.e2e.processes import ROOT, ServiceProcess, shipper_key
 from tests.e2e.system import free_port_block
 from tests.reach.peers import HttpReceiver
 
@@ -119,6 +119,7 @@ class Deployment:
             "REACHSTORE_AUDIT_ADDR": audit_addr,
             "REACHSTORE_REACH_CONFIG": str(reach_config(workdir / "reach.toml", receiver)),
         }
+        self.common["REACHSTORE_AUDIT_SHIPPER_KEY"] = shipper_key(self.common)
         self.audit = self._service("audit", "audit.v1.AuditService", "audit", address=audit_addr)
         self.ingest = self._service("ingest", "ingest.v1.IngestService", "ingest")
         self.queries = [

@@ -4,6 +4,7 @@ Its log (JSON lines) goes to a file named after it."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -118,3 +119,22 @@ class ServiceProcess:
 
     def log_tail(self, lines: int = 30) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def shipper_key(env: dict[str, str]) -> str:
+    """A deployment service key, made with the command line on the database ``env`` names
+    (``REACHSTORE_DATABASE_URL``, ``REACHSTORE_DATA_DIR``): services started one by one
+    ship their audit events with it, as `up` does with the one it mints (the keyless
+    caller of local mode may not append events)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "services.cli", "keys", "create", "--service", "--json"]
+        + ["--data-dir", env["REACHSTORE_DATA_DIR"], "--name", "test: ships audit events"],
+        cwd=ROOT,
+        env={**ServiceProcess.base_env(), **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    secret: str = json.loads(done.stdout)["secret"]
+    return secret

@@ -21,7 +21,7 @@ from reachstore.ingest.v1 import ingest_service_pb2 as ingest_pb
 from reachstore.ingest.v1 import ingest_service_pb2_grpc as ingest_grpc
 from reachstore.reach.v1 import reach_service_pb2 as reach_pb
 from reachstore.reach.v1 import reach_service_pb2_grpc as reach_grpc
-from tests.e2e.processes import ServiceProcess
+from tests.e2e.processes import ServiceProcess, shipper_key
 from tests.e2e.system import RunningSystem
 from tests.reach.peers import HttpReceiver
 
@@ -58,7 +58,10 @@ def _outbox(engine: sqlalchemy.Engine) -> int:
 def _events(engine: sqlalchemy.Engine) -> list[dict[str, Any]]:
     with engine.connect() as conn:
         rows = conn.execute(
-            sqlalchemy.text("SELECT event_id, method, params_json, seq FROM audit_events")
+            sqlalchemy.text(
+                "SELECT event_id, method, params_json, seq FROM audit_events "
+                "WHERE tenant = 'default'"
+            )
         ).mappings()
         return [dict(r) for r in rows]
 
@@ -97,6 +100,7 @@ def test_no_event_is_lost_while_the_audit_service_is_down(
             "REACHSTORE_DATA_DIR": str(tmp_path / "data"),
             "REACHSTORE_AUDIT_ADDR": audit_addr,
         }
+        common["REACHSTORE_AUDIT_SHIPPER_KEY"] = shipper_key(common)
 
         def audit_process() -> ServiceProcess:
             return ServiceProcess(
@@ -184,9 +188,14 @@ def test_no_event_is_lost_while_the_audit_service_is_down(
             # interval, 60 s, never came while it ran).
             restarted.stop()
             with engine.connect() as conn:
-                head = conn.execute(sqlalchemy.text("SELECT seq FROM audit_heads")).scalar_one()
+                # The local tenant's chain; the service tenant's holds the appends' records.
+                head = conn.execute(
+                    sqlalchemy.text("SELECT seq FROM audit_heads WHERE tenant = 'default'")
+                ).scalar_one()
                 signed = conn.execute(
-                    sqlalchemy.text("SELECT max(seq) FROM audit_checkpoints")
+                    sqlalchemy.text(
+                        "SELECT max(seq) FROM audit_checkpoints WHERE tenant = 'default'"
+                    )
                 ).scalar_one()
             assert signed == head == len(events), summary
         finally:

@@ -58,10 +58,10 @@ async def _trickle(host: str, port: int, trickler: Trickler, stop: asyncio.Event
     trickler.opened = time.monotonic()
     reader, writer = await asyncio.open_connection(host, port)
     if trickler.kind == "head":
-        writer.write(b"POST /api/v1/query HTTP/1.1\r\nHost: bridge\r\nX-Slow: ")
+        writer.write(b"POST /api/v1/query HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
     elif trickler.kind == "body":
         writer.write(
-            b"POST /api/v1/query HTTP/1.1\r\nHost: bridge\r\n"
+            b"POST /api/v1/query HTTP/1.1\r\nHost: 127.0.0.1\r\n"
             b"Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n{"
         )
     try:

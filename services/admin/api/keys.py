@@ -1,4 +1,5 @@
-"""KeyService: an admin manages the API keys of their own tenant."""
+"""KeyService: an admin manages the API keys of their own tenant. A key made here holds
+no more than the key making it (``key_bounds.py``)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import grpc
 
 from reachstore.admin.v1 import key_service_pb2 as pb
 from reachstore.admin.v1 import key_service_pb2_grpc as pb_grpc
+from services.admin.api.key_bounds import bounded, manages
 from services.common import errors, names, paging
 from services.common.auth import SCOPES
-from services.common.identity import caller_tenant
+from services.common.identity import caller
 from services.common.timefmt import rfc3339
 from services.storage.keys import KeyRecord, KeySpec, KeyStore
 
@@ -90,7 +92,8 @@ class KeyServicer(pb_grpc.KeyServiceServicer):
     async def CreateKey(
         self, request: pb.CreateKeyRequest, context: grpc.aio.ServicerContext
     ) -> pb.CreateKeyResponse:
-        spec = check_key_request(
+        who = caller(context)
+        asked = check_key_request(
             request.name,
             list(request.scopes),
             list(request.namespaces),
@@ -98,23 +101,33 @@ class KeyServicer(pb_grpc.KeyServiceServicer):
             list(request.channels),
             list(request.groups),
         )
-        record, secret = await asyncio.to_thread(self._keys.create, caller_tenant(context), spec)
+        spec = bounded(asked, who, dt.datetime.now(dt.UTC))
+        record, secret = await asyncio.to_thread(self._keys.create, who.tenant, spec)
         return pb.CreateKeyResponse(key=key_to_pb(record), secret=secret)
 
     async def ListKeys(
         self, request: pb.ListKeysRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListKeysResponse:
+        who = caller(context)
         size = names.page_size(request.page_size)
         after = paging.decode_token(request.page_token)
-        rows = await asyncio.to_thread(self._keys.list, caller_tenant(context), size + 1, after)
+        rows = await asyncio.to_thread(self._keys.list, who.tenant, size + 1, after)
         page = rows[:size]
         token = paging.encode_token(page[-1].key_id) if len(rows) > size else ""
-        return pb.ListKeysResponse(keys=[key_to_pb(r) for r in page], next_page_token=token)
+        # Keys outside a restricted key's grants are left out, so a page may come back short.
+        shown = [key_to_pb(r) for r in page if manages(who, r)]
+        return pb.ListKeysResponse(keys=shown, next_page_token=token)
 
     async def RevokeKey(
         self, request: pb.RevokeKeyRequest, context: grpc.aio.ServicerContext
     ) -> pb.RevokeKeyResponse:
-        record = await asyncio.to_thread(self._keys.revoke, caller_tenant(context), request.key_id)
+        who = caller(context)
+        # Looked up first, for every key: one outside the caller's grants is not found,
+        # after the same work as one that does not exist.
+        found = await asyncio.to_thread(self._keys.find, request.key_id)
+        record = None
+        if found is not None and manages(who, found):
+            record = await asyncio.to_thread(self._keys.revoke, who.tenant, request.key_id)
         if record is None:
             raise errors.ReachstoreError(
                 errors.KEY_NOT_FOUND, structured_data={"key_id": request.key_id[:64]}

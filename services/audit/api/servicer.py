@@ -1,14 +1,25 @@
 """AuditService: append (internal), list, get, verify and read checkpoints.
 
-Ordinary callers see their own tenant's chain; the auditor scope sees every tenant's.
-Parameters are masked again on append (masking is idempotent): a service that forgot
-cannot put raw personal data into the trail.
+Ordinary callers see their own tenant's chain; the auditor scope sees every tenant's; a
+key with namespace grants or a channel allow-list sees only the events about what they
+cover (``visibility.py``). Parameters are masked again on append (masking is idempotent):
+a service that forgot cannot put raw personal data into the trail.
+
+An ``internal`` key appends events of its own tenant only; a deployment service key
+(``internal`` in the service tenant) appends for every tenant. Every append, refused or
+not, leaves an event of its own in the calling key's tenant's chain, stored with the
+batch: the audit service's calls are not audited by the gRPC layer (an appended event
+would append an event), so it records them itself.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import datetime as dt
 import json
+import time
+import uuid
 from typing import Any
 
 import grpc
@@ -20,14 +31,23 @@ from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
 from services.audit import verify as checks
 from services.audit.chain import Signer, canonical_json
 from services.audit.store import AuditStore, EventFilter
+from services.audit.visibility import may_read
 from services.common import errors, names, paging
 from services.common.auth import Caller
 from services.common.identity import caller
 from services.common.pii import Masker
 from services.common.timefmt import parse_rfc3339, rfc3339
+from services.common.tracing import trace_from_metadata
 from services.storage.audit_models import AuditEventRow
 
 MAX_BATCH = 1000
+# The record of an append names at most this many of the batch's event ids.
+MAX_RECORDED_IDS = 100
+MAX_RECORDED_TENANTS = 20
+# A restricted key's page is filled from at most this many events read per call, in
+# reads of SCAN_BATCH; past them the page may come back short, with a token to go on.
+SCAN_BATCH = 200
+SCAN_ROUNDS = 10
 _BREAKS = {
     checks.EDITED: pb.BREAK_KIND_EDITED,
     checks.DELETED: pb.BREAK_KIND_DELETED,
@@ -109,12 +129,61 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
     async def AppendEvents(
         self, request: pb.AppendEventsRequest, context: grpc.aio.ServicerContext
     ) -> pb.AppendEventsResponse:
-        names.check_count(request.events, "events", MAX_BATCH, "events")
-        if not request.events:
-            raise errors.invalid("events", f"1 to {MAX_BATCH} events per batch")
-        fields = [_event_fields(e, self._masker, i) for i, e in enumerate(request.events)]
-        appended, duplicates = await asyncio.to_thread(self._store.append, fields)
+        who = caller(context)
+        started = time.monotonic()
+        trace = trace_from_metadata(tuple(context.invocation_metadata() or ())) if context else ""
+        try:
+            names.check_count(request.events, "events", MAX_BATCH, "events")
+            if not request.events:
+                raise errors.invalid("events", f"1 to {MAX_BATCH} events per batch")
+            fields = [_event_fields(e, self._masker, i) for i, e in enumerate(request.events)]
+            _check_tenants(who, fields)
+        except errors.ReachstoreError as exc:
+            refused = self._append_record(who, request.events, started, trace, refusal=exc)
+            await asyncio.to_thread(self._store.append, [refused])
+            raise
+        record = self._append_record(who, request.events, started, trace)
+        appended, duplicates = await asyncio.to_thread(self._store.append, fields, record)
         return pb.AppendEventsResponse(appended=appended, duplicates=duplicates)
+
+    def _append_record(
+        self,
+        who: Caller,
+        events: Any,
+        started: float,
+        trace: str,
+        refusal: errors.ReachstoreError | None = None,
+    ) -> dict[str, Any]:
+        """The trail's event of one AppendEvents call, in the calling key's tenant."""
+        ids = [e.event_id[:64] for e in events[:MAX_RECORDED_IDS]]
+        counts = collections.Counter(e.tenant[:64] for e in events[:MAX_BATCH])
+        # A list, not a map keyed by tenant: the masker looks at values, never at keys.
+        tenants = [{"tenant": t, "events": n} for t, n in counts.most_common(MAX_RECORDED_TENANTS)]
+        params: dict[str, Any] = {"events": len(events), "event_ids": ids, "tenants": tenants}
+        if len(events) > MAX_RECORDED_IDS:
+            params["more_event_ids"] = len(events) - MAX_RECORDED_IDS
+        if len(counts) > MAX_RECORDED_TENANTS:
+            params["more_tenants"] = len(counts) - MAX_RECORDED_TENANTS
+        status, code, category = "ok", "", ""
+        if refusal is not None:
+            status, code = refusal.spec.grpc_status.name, refusal.code
+            category = pf_pb2.Category.Name(refusal.failure.category)
+            category = category.removeprefix("CATEGORY_").lower()
+        return {
+            "event_id": uuid.uuid4().hex,
+            "time": rfc3339(dt.datetime.now(dt.UTC)),
+            "tenant": who.tenant,
+            "caller_key_id": who.key_id,
+            "service": "audit",
+            "method": "AppendEvents",
+            "idempotency_key": "",
+            "params_json": canonical_json(self._masker.mask_value(params)),
+            "result_status": status,
+            "error_code": code,
+            "category": category,
+            "duration_ms": int((time.monotonic() - started) * 1000),
+            "trace_id": trace,
+        }
 
     async def ListEvents(
         self, request: pb.ListEventsRequest, context: grpc.aio.ServicerContext
@@ -132,17 +201,42 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
             since=_time_bound("since", request.since),
             until=_time_bound("until", request.until),
         )
-        rows = await asyncio.to_thread(self._store.events, where, size + 1, after)
-        page = rows[:size]
-        token = paging.encode_token(str(page[-1].seq)) if len(rows) > size else ""
+        page, token = await asyncio.to_thread(
+            self._readable_page, caller(context), where, size, after
+        )
         return pb.ListEventsResponse(events=[event_to_pb(r) for r in page], next_page_token=token)
+
+    def _readable_page(
+        self, who: Caller, where: EventFilter, size: int, after: int
+    ) -> tuple[list[AuditEventRow], str]:
+        """Up to ``size`` events ``who`` may read after position ``after``, and the token
+        of the next page. Hidden events are skipped, so a restricted key's page may come
+        back short (its work per call is bounded), but it always moves on."""
+        if not who.restricted:
+            rows = self._store.events(where, size + 1, after)
+            whole = rows[:size]
+            return whole, paging.encode_token(str(whole[-1].seq)) if len(rows) > size else ""
+        page: list[AuditEventRow] = []
+        cursor = after
+        for _ in range(SCAN_ROUNDS):
+            rows = self._store.events(where, SCAN_BATCH, cursor)
+            for row in rows:
+                if may_read(who, row):
+                    if len(page) == size:
+                        return page, paging.encode_token(str(page[-1].seq))
+                    page.append(row)
+                cursor = row.seq
+            if len(rows) < SCAN_BATCH:
+                return page, ""
+        return page, paging.encode_token(str(cursor))
 
     async def GetEvent(
         self, request: pb.GetEventRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetEventResponse:
         who = caller(context)
         row = await asyncio.to_thread(self._store.get, request.event_id)
-        if row is None or (row.tenant != who.tenant and "auditor" not in who.scopes):
+        foreign = row is not None and row.tenant != who.tenant and "auditor" not in who.scopes
+        if row is None or foreign or not may_read(who, row):
             raise errors.ReachstoreError(
                 errors.AUDIT_EVENT_NOT_FOUND, structured_data={"event_id": request.event_id[:64]}
             )
@@ -204,6 +298,21 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
                 )
             )
         return response
+
+
+def _check_tenants(who: Caller, fields: list[dict[str, Any]]) -> None:
+    """Only a deployment service key writes into other tenants' chains."""
+    if who.is_deployment_service:
+        return
+    for i, event in enumerate(fields):
+        if event["tenant"] != who.tenant:
+            raise errors.ReachstoreError(
+                errors.AUDIT_TENANT_NOT_ALLOWED,
+                f"events[{i}].tenant: this key appends events of its own tenant "
+                f"({who.tenant!r}) only",
+                field=f"events[{i}].tenant",
+                structured_data={"key_tenant": who.tenant},
+            )
 
 
 def _tenant_for(who: Caller, asked: str) -> str:

@@ -1,7 +1,8 @@
 """ReachService: reserve tasks, report on them, cancel and resolve actions.
 
 Handlers only check, reserve and read; the executor (same process) sends. Every read is
-scoped to the caller's tenant, and a task or action of another tenant is simply not found.
+scoped to the caller's tenant, and a task or action of another tenant is simply not found;
+nor is one with an action outside the key's channel allow-list (``visibility.py``).
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ from reachstore.reach.v1 import reach_service_pb2 as pb
 from reachstore.reach.v1 import reach_service_pb2_grpc as pb_grpc
 from services.audit import outbox
 from services.common import errors, names, paging
+from services.common.auth import Caller
 from services.common.identity import caller
 from services.common.pii import Masker
 from services.common.timefmt import rfc3339
 from services.common.tracing import trace_from_metadata
 from services.reach import states as st
-from services.reach.api import convert
+from services.reach.api import convert, visibility
 from services.reach.api.operator import OperatorCalls, action_not_found, replica_name
 from services.reach.channels.base import Channel, Outgoing
 from services.reach.config import ReachConfig
@@ -148,14 +150,18 @@ class ReachServicer(OperatorCalls, pb_grpc.ReachServiceServicer):
     async def GetTask(
         self, request: pb.GetTaskRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetTaskResponse:
-        tenant = caller(context).tenant
+        who = caller(context)
+        tenant = who.tenant
         if not 0 <= request.wait_ms <= MAX_WAIT_MS:
             raise errors.invalid("wait_ms", f"0 to {MAX_WAIT_MS} milliseconds")
         if request.wait_ms:
+            # A hidden task is not waited on: like a missing one, it is answered at once.
+            if who.channels and await self._find_task(who, request.task_id) is None:
+                raise _task_not_found(request.task_id)
             await self._wait_for_change(
                 tenant, request.task_id, request.known_version, request.wait_ms
             )
-        found = await asyncio.to_thread(self._store.get_task, tenant, request.task_id)
+        found = await self._find_task(who, request.task_id)
         if found is None:
             raise _task_not_found(request.task_id)
         task, actions = found
@@ -163,6 +169,9 @@ class ReachServicer(OperatorCalls, pb_grpc.ReachServiceServicer):
             task=convert.task_to_pb(task, actions),
             partial_failures=convert.reported_failures(actions),
         )
+
+    async def _find_task(self, who: Caller, task_id: str) -> visibility.FoundTask | None:
+        return await asyncio.to_thread(visibility.find_task, self._store, who, task_id)
 
     async def _wait_for_change(self, tenant: str, task_id: str, known: int, wait_ms: int) -> None:
         """Returns when the task's version differs from ``known`` (or from its version now),
@@ -188,7 +197,8 @@ class ReachServicer(OperatorCalls, pb_grpc.ReachServiceServicer):
     async def ListTasks(
         self, request: pb.ListTasksRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListTasksResponse:
-        tenant = caller(context).tenant
+        who = caller(context)
+        tenant = who.tenant
         size = names.page_size(request.page_size)
         before = paging.decode_token(request.page_token)
         state = convert.TASK_STATE_NAMES.get(request.state, "")
@@ -205,15 +215,17 @@ class ReachServicer(OperatorCalls, pb_grpc.ReachServiceServicer):
         )
         page = rows[:size]
         token = paging.encode_token(page[-1][0].task_id) if len(rows) > size else ""
+        # Tasks the key may not see are left out, so a page may come back short.
+        shown = [(t, a) for t, a in page if visibility.task_visible(who, a)]
         return pb.ListTasksResponse(
-            tasks=[convert.task_to_pb(t, a) for t, a in page], next_page_token=token
+            tasks=[convert.task_to_pb(t, a) for t, a in shown], next_page_token=token
         )
 
     async def GetAction(
         self, request: pb.GetActionRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetActionResponse:
         found = await asyncio.to_thread(
-            self._store.get_action, caller(context).tenant, request.action_id
+            visibility.find_action, self._store, caller(context), request.action_id
         )
         if found is None:
             raise action_not_found(request.action_id)
@@ -255,7 +267,7 @@ class ReachServicer(OperatorCalls, pb_grpc.ReachServiceServicer):
         self, request: pb.CancelActionRequest, context: grpc.aio.ServicerContext
     ) -> pb.CancelActionResponse:
         who = caller(context)
-        found = await asyncio.to_thread(self._store.get_action, who.tenant, request.action_id)
+        found = await asyncio.to_thread(visibility.find_action, self._store, who, request.action_id)
         if found is None:
             raise action_not_found(request.action_id)
         row = found[0]
@@ -398,7 +410,7 @@ class ReachServicer(OperatorCalls, pb_grpc.ReachServiceServicer):
         note = request.note.strip()
         if not 1 <= len(note) <= MAX_NOTE:
             raise errors.invalid("note", f"1 to {MAX_NOTE} characters: what was checked")
-        found = await asyncio.to_thread(self._store.get_action, who.tenant, request.action_id)
+        found = await asyncio.to_thread(visibility.find_action, self._store, who, request.action_id)
         if found is None:
             raise action_not_found(request.action_id)
         row = found[0]
