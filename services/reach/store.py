@@ -393,6 +393,15 @@ class ReachStore:
             found.setdefault(task.task_id, (task, []))[1].append(action)
         return list(found.values())
 
+    def task_of_action(self, tenant: str, action_id: str) -> str | None:
+        """The task id of the tenant's action, in one short read (None: no such action)."""
+        with self._sessions() as session:
+            return session.scalar(
+                select(ReachActionRow.task_id).where(
+                    ReachActionRow.action_id == action_id, ReachActionRow.tenant == tenant
+                )
+            )
+
     def get_action(
         self, tenant: str, action_id: str
     ) -> tuple[ReachActionRow, list[ReachReceiptRow], list[ReachHistoryRow]] | None:

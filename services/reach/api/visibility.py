@@ -42,14 +42,15 @@ def find_task(store: ReachStore, who: Caller, task_id: str) -> FoundTask | None:
 
 def find_action(store: ReachStore, who: Caller, action_id: str) -> FoundAction | None:
     """The caller's action, if it exists and the key may see its task."""
-    found = store.get_action(who.tenant, action_id)
     if not who.channels:
-        return found
-    # The task is read for a missing action too, so both answers cost the same.
-    task = store.get_task(who.tenant, found[0].task_id if found is not None else "")
-    if found is None or task is None or not task_visible(who, task[1]):
+        return store.get_action(who.tenant, action_id)
+    # The same two reads for a missing action as for a hidden one, so both answers cost
+    # the same; the action's receipts and history are read only once it may be seen.
+    task_id = store.task_of_action(who.tenant, action_id)
+    task = store.get_task(who.tenant, task_id or "")
+    if task_id is None or task is None or not task_visible(who, task[1]):
         return None
-    return found
+    return store.get_action(who.tenant, action_id)
 
 
 def visible_actions(
