@@ -22,7 +22,7 @@ from reachstore.audit.v1 import audit_service_pb2 as audit_pb
 from reachstore.audit.v1 import audit_service_pb2_grpc as audit_grpc
 from reachstore.ingest.v1 import ingest_service_pb2 as ingest_pb
 from reachstore.ingest.v1 import ingest_service_pb2_grpc as ingest_grpc
-from tests.e2e.processes import ServiceProcess
+from tests.e2e.processes import ServiceProcess, shipper_key
 from tests.e2e.system import RunningSystem
 
 ARRIVAL_TIMEOUT_S = 60.0
@@ -114,6 +114,8 @@ def test_refused_batches_with_huge_maps_do_not_jam_the_outbox(tmp_path: Path) ->
         "REACHSTORE_AUDIT_ADDR": audit_addr,
         "REACHSTORE_AUDIT_KEY": "outbox-jam-tests-signing-key",
     }
+    # Services started one by one ship with a deployment service key, as `up` does.
+    env["REACHSTORE_AUDIT_SHIPPER_KEY"] = shipper_key(env)
     ingest = ServiceProcess(
         "services.ingest.main", "reachstore.ingest.v1.IngestService", tmp_path, "ingest", env
     ).start()
