@@ -211,10 +211,20 @@ def _judge(reply: httpx.Response, where: str) -> None:
             assert error["structured_data"].get("field"), (where, error)
 
 
+def _takes_parsed_strings(operation: dict[str, Any]) -> bool:
+    """Whether a parsed string can reach the operation: a query parameter or a body."""
+    query = any(p["in"] == "query" for p in operation.get("parameters", []))
+    return query or "requestBody" in operation
+
+
+# Operations that take only path parameters have no field a parsed string could reach.
+PARSING_OPERATIONS = [op for op in OPERATIONS if _takes_parsed_strings(op[2])]
+
+
 @pytest.mark.parametrize(
     ("method", "template", "operation"),
-    OPERATIONS,
-    ids=[op[2]["operationId"] for op in OPERATIONS],
+    PARSING_OPERATIONS,
+    ids=[op[2]["operationId"] for op in PARSING_OPERATIONS],
 )
 def test_each_parsed_string_in_each_field_gets_a_clear_answer(
     method: str, template: str, operation: dict[str, Any], fuzz_http: httpx.Client
@@ -245,5 +255,4 @@ def test_each_parsed_string_in_each_field_gets_a_clear_answer(
                 )
                 _judge(reply, where)
                 sent += 1
-    if sent == 0:
-        pytest.skip("no parsed string reaches this operation")
+    assert sent, f"{operation['operationId']}: no parsed string was sent"
