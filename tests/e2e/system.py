@@ -106,6 +106,7 @@ class RunningSystem:
                     "reachstore up did not become ready:\n" + "".join(self.output[-40:])
                 )
             if line is None:
+                self._reap()  # closes the pipe: a leaked one warns later, in another test
                 raise RuntimeError("reachstore up exited:\n" + "".join(self.output[-40:]))
             if line.startswith(READY_PREFIX):
                 assert line.strip() == f"{READY_PREFIX}{self.http_url}"
