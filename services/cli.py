@@ -40,6 +40,7 @@ from services.cli_keys import add_keys_parser
 from services.cli_serve import add_serve_parser
 from services.common.auth import LOCAL_TENANT, SERVICE_TENANT
 from services.common.config import ConfigError, Settings
+from services.common.kept_audit_keys import keep_audit_keys
 from services.common.kept_secrets import KEPT_SECRETS, kept_secret
 from services.common.pii import masker_from_env
 from services.reach.config import load_config
@@ -289,6 +290,11 @@ def cmd_up(args: argparse.Namespace) -> int:
     for variable, file_name in KEPT_SECRETS.items():
         if not env.get(variable):
             env[variable] = kept_secret(data_dir, file_name)
+    try:
+        keep_audit_keys(env, data_dir)
+    except ConfigError as exc:
+        _fail(f"bad setting: {exc}")
+        return 2
     if not settings.require_keys and not _is_loopback(args.host):
         _fail(
             f"refusing to listen on {args.host} without API keys: anyone who can reach it could "

@@ -1,12 +1,18 @@
 """`reachstore audit verify|list|outbox`: the audit trail read straight from the database.
 
 No service has to run: an auditor can check the chains of a stopped system, or of a copy
-of its database, with the data folder (or REACHSTORE_DATABASE_URL) and the signing key.
-The key is the one `reachstore up` keeps in the data folder unless REACHSTORE_AUDIT_KEY
-is set; it is never made here, since a new key would make every checkpoint look forged.
+of its database, with the data folder (or REACHSTORE_DATABASE_URL), the audit public key
+and the witnesses. The public key is ``--public-key``, else the one the environment sets
+(``services/audit/signing.py``), else the one `reachstore up` keeps in the data folder,
+with a warning: whoever can write the folder can replace that one (the witnesses' lines,
+signed with the real key, then fail). The witnesses are ``--witness-file`` and
+``--witness-url``, else REACHSTORE_AUDIT_WITNESS_FILE/URL, else the witness file `up`
+keeps in the folder. Nothing is ever made here: a new key would make every checkpoint
+look forged.
 
-Exit codes are for scripts: 0 every chain verifies, 1 a chain is broken, 2 the command
-could not check anything (bad flags, no key, no database).
+Exit codes are for scripts: 0 every chain verifies, 1 a chain or a witness is broken, 2
+the command could not check anything (bad flags, no key, no database, a witness that
+cannot be read).
 
 `audit outbox` shows the events still in the outbox, and the ones the audit service
 refused and the shipper set aside, with the reason; ``--release`` hands set-aside rows back
@@ -25,22 +31,36 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+import httpx
 from sqlalchemy import inspect, select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from services.audit.chain import HASHED_FIELDS, MIN_KEY_BYTES, Signer
+from services.audit import signing
+from services.audit.chain import HASHED_FIELDS
 from services.audit.outbox_metrics import outbox_counts
 from services.audit.store import AuditStore
 from services.audit.verify import Report
+from services.audit.verify_settings import CADENCE_GRACE, WITNESS_BROKEN, Verifier, cadence_from_env
+from services.audit.witness import (
+    WITNESS_FILE,
+    WITNESS_URL,
+    FileWitness,
+    Witness,
+    WitnessRead,
+    witnesses_from_env,
+)
 from services.common.config import ConfigError, Settings
-from services.common.kept_secrets import KEPT_SECRETS
+from services.common.kept_secrets import (
+    AUDIT_PUBLIC_KEY_FILE,
+    AUDIT_WITNESS_FILE,
+    LEGACY_AUDIT_KEY_FILE,
+)
 from services.common.timefmt import rfc3339
 from services.storage.audit_models import AuditEventRow, AuditOutboxRow
 from services.storage.engine import make_engine, make_sessions
 
-AUDIT_KEY = "REACHSTORE_AUDIT_KEY"
 DEFAULT_LIST_LIMIT = 20
 
 T = TypeVar("T")
@@ -50,26 +70,64 @@ def _fail(message: str) -> None:
     print(f"reachstore: {message}", file=sys.stderr, flush=True)
 
 
-def _signer(data_dir: Path) -> Signer:
-    """The checkpoint key: REACHSTORE_AUDIT_KEY, else the file `up` keeps in the folder
-    (read, never made: see the module's docstring)."""
-    key = os.environ.get(AUDIT_KEY, "")
-    source = AUDIT_KEY
-    if not key:
-        path = data_dir / KEPT_SECRETS[AUDIT_KEY]
-        source = str(path)
-        try:
-            key = path.read_text().strip()
-        except FileNotFoundError:
+def _env_with_folder(data_dir: Path, args: argparse.Namespace) -> dict[str, str]:
+    """The environment, completed from the flags and then from the data folder."""
+    env = dict(os.environ)
+    if args.public_key:
+        env.pop(signing.PUBLIC_KEY, None)
+        env[signing.PUBLIC_KEY_FILE] = args.public_key
+    elif not any(
+        env.get(v)
+        for v in (
+            signing.PUBLIC_KEY,
+            signing.PUBLIC_KEY_FILE,
+            signing.SIGNING_KEY,
+            signing.SIGNING_KEY_FILE,
+        )
+    ):
+        kept = data_dir / AUDIT_PUBLIC_KEY_FILE
+        if not kept.is_file():
             raise ConfigError(
-                f"no audit key: set REACHSTORE_AUDIT_KEY or keep the key in {path} "
-                "(`reachstore up` writes it there)"
-            ) from None
-        except OSError as exc:
-            raise ConfigError(f"cannot read the audit key {path}: {exc.strerror}") from None
-    if len(key.encode("utf-8")) < MIN_KEY_BYTES:
-        raise ConfigError(f"the audit key in {source} is shorter than {MIN_KEY_BYTES} bytes")
-    return Signer(key.encode("utf-8"))
+                f"no audit public key: pass --public-key, set {signing.PUBLIC_KEY_FILE}, or "
+                f"keep it in {kept} (`reachstore up` writes it there)"
+            )
+        _fail(
+            f"warning: the public key is the one kept in {kept}: whoever can write the data "
+            "folder can replace it; pass --public-key with a copy kept elsewhere"
+        )
+        env[signing.PUBLIC_KEY_FILE] = str(kept)
+    legacy = data_dir / LEGACY_AUDIT_KEY_FILE
+    if not env.get(signing.LEGACY_KEY) and legacy.is_file():
+        env[signing.LEGACY_KEY] = legacy.read_text().strip()
+    if args.witness_file or args.witness_url:
+        env[WITNESS_FILE] = ",".join(args.witness_file or [])
+        env[WITNESS_URL] = ",".join(args.witness_url or [])
+    elif not env.get(WITNESS_FILE) and not env.get(WITNESS_URL):
+        kept_witness = data_dir / AUDIT_WITNESS_FILE
+        if kept_witness.is_file():
+            env[WITNESS_FILE] = str(kept_witness)
+    return env
+
+
+def _verifier(data_dir: Path, args: argparse.Namespace) -> Verifier:
+    env = _env_with_folder(data_dir, args)
+    public = signing.public_key_from_env(env)
+    assert public is not None
+    legacy = signing.legacy_key_from_env(env)
+    files = [f for f in env.get(WITNESS_FILE, "").split(",") if f]
+    witnesses: list[Witness] = [FileWitness(Path(f)) for f in files]
+    witnesses += witnesses_from_env({WITNESS_URL: env.get(WITNESS_URL, "")})
+    for witness in witnesses:
+        if isinstance(witness, FileWitness) and not witness.path.is_file():
+            raise ConfigError(f"no witness file at {witness.path}")
+    interval = args.checkpoint_s or Settings.from_env(env).audit_checkpoint_s
+    cadence = None
+    if not args.no_cadence:
+        grace = (
+            {CADENCE_GRACE: str(args.cadence_grace_s)} if args.cadence_grace_s is not None else {}
+        )
+        cadence = cadence_from_env({**env, **grace}, interval)
+    return Verifier(signing.CheckpointKeys(public, legacy), witnesses, cadence)
 
 
 def _read(data_dir: Path, read: Callable[[sessionmaker[Session]], T]) -> T:
@@ -109,12 +167,22 @@ def _printable(text: str) -> str:
 
 
 def _verify_all(
-    sessions: sessionmaker[Session], signer: Signer, tenant: str | None
+    sessions: sessionmaker[Session],
+    verifier: Verifier,
+    reads: Sequence[WitnessRead],
+    tenant: str | None,
 ) -> list[tuple[str, Report]]:
     """Every chain asked for, each to its end: one broken tenant does not hide another."""
     store = AuditStore(sessions)
     tenants = [tenant] if tenant else store.tenants()
-    return [(name, store.verify(name, signer)) for name in tenants]
+    return verifier.verify(store, tenants, reads=reads)
+
+
+def _witness_line(read: WitnessRead) -> str:
+    if read.broken is None:
+        return f"witness {read.name}: {_count(len(read.heads), 'head')}: ok"
+    b = read.broken
+    return f"witness {read.name}: {WITNESS_BROKEN} at line {b.line}: {b.detail}"
 
 
 def _count(n: int, noun: str) -> str:
@@ -158,27 +226,52 @@ def _verify_json(results: Sequence[tuple[str, Report]]) -> dict[str, Any]:
 def cmd_audit_verify(args: argparse.Namespace) -> int:
     data_dir = Path(args.data_dir).resolve()
     try:
-        signer = _signer(data_dir)
-        results = _read(data_dir, lambda sessions: _verify_all(sessions, signer, args.tenant))
+        verifier = _verifier(data_dir, args)
+        try:
+            reads = verifier.read_witnesses()
+        except (OSError, httpx.HTTPError) as exc:
+            raise ConfigError(f"cannot read a witness: {exc}") from None
+        results = _read(
+            data_dir, lambda sessions: _verify_all(sessions, verifier, reads, args.tenant)
+        )
     except ConfigError as exc:
         _fail(str(exc))
         return 2
     broken = [tenant for tenant, report in results if report.first_break is not None]
+    bad_witnesses = [r.name for r in reads if r.broken is not None]
     if args.json:
-        print(json.dumps(_verify_json(results), ensure_ascii=False))
-    elif not results:
-        print("no audit events in the database: nothing to verify")
+        body = _verify_json(results)
+        body["witnesses"] = [
+            {
+                "witness": r.name,
+                "ok": r.broken is None,
+                "heads": len(r.heads),
+                "broken": dataclasses.asdict(r.broken) if r.broken else None,
+            }
+            for r in reads
+        ]
+        body["ok"] = body["ok"] and not bad_witnesses
+        print(json.dumps(body, ensure_ascii=False))
     else:
         # What a break names (ids, times) comes from the very rows that were tampered with:
         # control characters in it must not be able to rewrite the line on a terminal.
+        for read in reads:
+            print(_printable(_witness_line(read)))
+        if not reads:
+            print("no witness: checked against the database's own checkpoints only")
+        if not results:
+            print("no audit events in the database: nothing to verify")
         for tenant, report in results:
             print(_printable(_verify_line(tenant, report)))
-        if broken:
+        if broken or bad_witnesses:
             names = _printable(", ".join(broken))
-            print(f"BROKEN: {len(broken)} of {len(results)} tenants: {names}")
-        else:
+            print(
+                f"BROKEN: {len(broken)} of {len(results)} tenants: {names}"
+                + (f"; {len(bad_witnesses)} witness(es) broken" if bad_witnesses else "")
+            )
+        elif results:
             print(f"ok: {_count(len(results), 'tenant')} verified")
-    return 1 if broken else 0
+    return 1 if broken or bad_witnesses else 0
 
 
 # --- list -----------------------------------------------------------------------------------
@@ -316,6 +409,19 @@ def cmd_audit_outbox(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_audit_keygen(args: argparse.Namespace) -> int:
+    try:
+        key = signing.write_key_pair(Path(args.private), Path(args.public))
+    except FileExistsError:
+        _fail(f"{args.private} exists: a key is never overwritten")
+        return 2
+    except OSError as exc:
+        _fail(f"cannot write the key pair: {exc}")
+        return 2
+    print(f"wrote {args.private} and {args.public} ({key.key_id})")
+    return 0
+
+
 def _positive(text: str) -> int:
     try:
         value = int(text)
@@ -342,6 +448,37 @@ def add_audit_parser(commands: argparse._SubParsersAction) -> None:
     listing.add_argument(
         "--limit", type=_positive, default=DEFAULT_LIST_LIMIT, help="how many events"
     )
+    verify.add_argument(
+        "--public-key", default=None, help="the audit public key (PEM), kept apart from the data"
+    )
+    verify.add_argument(
+        "--witness-file", action="append", help="a witness file to check against (repeatable)"
+    )
+    verify.add_argument(
+        "--witness-url", action="append", help="an HTTP witness to check against (repeatable)"
+    )
+    verify.add_argument(
+        "--checkpoint-s",
+        type=_positive,
+        default=None,
+        help="the checkpoint interval the audit service runs with "
+        "(default: REACHSTORE_AUDIT_CHECKPOINT_S)",
+    )
+    verify.add_argument(
+        "--cadence-grace-s",
+        type=float,
+        default=None,
+        help="how late a due checkpoint may be (default: REACHSTORE_AUDIT_CADENCE_GRACE_S, 300)",
+    )
+    verify.add_argument(
+        "--no-cadence", action="store_true", help="do not check that checkpoints came on time"
+    )
+    keygen = actions.add_parser(
+        "keygen", help="write a new Ed25519 key pair for signing checkpoints"
+    )
+    keygen.add_argument("--private", required=True, help="where the private key goes (0600)")
+    keygen.add_argument("--public", required=True, help="where the public key goes")
+    keygen.set_defaults(func=cmd_audit_keygen)
     verify.set_defaults(func=cmd_audit_verify)
     listing.set_defaults(func=cmd_audit_list)
     waiting = actions.add_parser(

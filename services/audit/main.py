@@ -1,7 +1,8 @@
 """Composition root of the audit service: `python -m services.audit.main`.
 
 Serves AuditService and signs a checkpoint of every chain that moved, every
-``REACHSTORE_AUDIT_CHECKPOINT_S`` seconds and once more when it stops.
+``REACHSTORE_AUDIT_CHECKPOINT_S`` seconds and once more when it stops, handing each to the
+witnesses (``services/audit/checkpointing.py``).
 """
 
 from __future__ import annotations
@@ -12,8 +13,16 @@ import os
 
 from reachstore.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
 from services.audit.api.servicer import AuditServicer
-from services.audit.chain import Signer, signer_from_env
+from services.audit.checkpointing import Checkpointer, serve_metrics
+from services.audit.signing import (
+    CheckpointKeys,
+    PrivateKey,
+    legacy_key_from_env,
+    private_key_from_env,
+)
 from services.audit.store import AuditStore
+from services.audit.verify_settings import Verifier, cadence_from_env
+from services.audit.witness import Delivery, Witness, witnesses_from_env
 from services.common import logs, pii
 from services.common.config import Settings
 from services.common.limits import RequestLimiter
@@ -26,28 +35,26 @@ SERVICE = audit_service_pb2.DESCRIPTOR.services_by_name["AuditService"]
 log = logging.getLogger(__name__)
 
 
-async def _checkpoints(store: AuditStore, signer: Signer, every_s: int) -> None:
-    while True:
-        await asyncio.sleep(every_s)
-        try:
-            written = await asyncio.to_thread(store.checkpoint, signer)
-            if written:
-                log.info("signed %d checkpoint(s)", written)
-        except Exception:  # noqa: BLE001 - the next tick tries again
-            log.exception("signing checkpoints failed")
-
-
-async def _run(settings: Settings, signer: Signer) -> None:
+async def _run(settings: Settings, key: PrivateKey, witnesses: list[Witness]) -> None:
     engine = make_engine(settings.database_url)
     init_schema(engine)
     sessions = make_sessions(engine)
     store = AuditStore(sessions)
-    servicer = AuditServicer(store, signer, pii.masker_from_env(os.environ))
-    ticking = asyncio.create_task(_checkpoints(store, signer, settings.audit_checkpoint_s))
+    checkpointer = Checkpointer(store, key, Delivery(witnesses, key))
+    await asyncio.to_thread(checkpointer.start)
+    if settings.metrics_listen:
+        serve_metrics(checkpointer, settings.metrics_listen)
+    verifier = Verifier(
+        CheckpointKeys(key.public, legacy_key_from_env(os.environ)),
+        witnesses,
+        cadence_from_env(os.environ, settings.audit_checkpoint_s),
+    )
+    servicer = AuditServicer(store, verifier, pii.masker_from_env(os.environ), checkpointer)
+    ticking = asyncio.create_task(checkpointer.run(settings.audit_checkpoint_s))
 
     async def last_checkpoint() -> None:
         ticking.cancel()
-        written = await asyncio.to_thread(store.checkpoint, signer)
+        written = await asyncio.to_thread(checkpointer.tick)
         log.info("signed %d checkpoint(s) at shutdown", written)
 
     await serve(
@@ -69,8 +76,10 @@ async def _run(settings: Settings, signer: Signer) -> None:
 def main() -> None:
     settings = Settings.from_env(default_listen="127.0.0.1:50054")
     logs.configure("audit", settings.log_level)
-    signer = signer_from_env(os.environ)
-    asyncio.run(_run(settings, signer))
+    key = private_key_from_env(os.environ)
+    witnesses = witnesses_from_env(os.environ)
+    cadence_from_env(os.environ, settings.audit_checkpoint_s)  # a bad grace fails here
+    asyncio.run(_run(settings, key, witnesses))
 
 
 if __name__ == "__main__":

@@ -18,8 +18,10 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from services.audit.chain import GENESIS, HASHED_FIELDS, Signer, event_hash
-from services.audit.verify import CheckpointRecord, Report, verify_chain
+from services.audit.chain import GENESIS, HASHED_FIELDS, event_hash
+from services.audit.signing import CheckpointKeys, PrivateKey
+from services.audit.verify import Cadence, Report, WitnessedHeads, verify_chain
+from services.audit.witness import Head
 from services.common.timefmt import rfc3339
 from services.storage.audit_models import AuditCheckpointRow, AuditEventRow, AuditHeadRow
 
@@ -105,28 +107,41 @@ class AuditStore:
 
     # --- checkpoints -----------------------------------------------------------------------
 
-    def checkpoint(self, signer: Signer) -> int:
-        """Signs the head of every chain that moved since its last checkpoint."""
-        now = rfc3339(dt.datetime.now(dt.UTC))
-        written = 0
+    def checkpoint(self, key: PrivateKey, now: dt.datetime | None = None) -> list[Head]:
+        """Signs the head of every chain that moved since its last checkpoint; returns the
+        heads signed, for the witnesses."""
+        signed_at = rfc3339(now or dt.datetime.now(dt.UTC))
+        written: list[Head] = []
         with self._sessions.begin() as session:
             heads = session.scalars(select(AuditHeadRow)).all()
             for head in heads:
                 last = self._latest(session, head.tenant)
                 if last is not None and last.seq >= head.seq:
                     continue
-                session.add(
-                    AuditCheckpointRow(
-                        tenant=head.tenant,
-                        seq=head.seq,
-                        head_hash=head.hash,
-                        signed_at=now,
-                        key_id=signer.key_id,
-                        signature=signer.sign(head.tenant, head.seq, head.hash, now),
-                    )
+                signed = Head(
+                    tenant=head.tenant,
+                    seq=head.seq,
+                    head_hash=head.hash,
+                    signed_at=signed_at,
+                    key_id=key.key_id,
+                    signature=key.sign(head.tenant, head.seq, head.hash, signed_at),
                 )
-                written += 1
+                session.add(AuditCheckpointRow(**signed.fields()))
+                written.append(signed)
         return written
+
+    def latest_checkpoints(self) -> list[Head]:
+        """Each tenant's latest checkpoint."""
+        with self._sessions() as session:
+            found = [self._latest(session, t) for t in session.scalars(select(AuditHeadRow.tenant))]
+        return [_head(c) for c in found if c is not None]
+
+    def last_signed_at(self) -> str | None:
+        """When the newest checkpoint of any tenant was signed."""
+        with self._sessions() as session:
+            return session.scalar(
+                select(AuditCheckpointRow.signed_at).order_by(AuditCheckpointRow.id.desc()).limit(1)
+            )
 
     @staticmethod
     def _latest(session: Session, tenant: str) -> AuditCheckpointRow | None:
@@ -179,8 +194,16 @@ class AuditStore:
     # --- verifying -------------------------------------------------------------------------
 
     def verify(
-        self, tenant: str, signer: Signer, from_seq: int = 1, to_seq: int | None = None
+        self,
+        tenant: str,
+        keys: CheckpointKeys,
+        from_seq: int = 1,
+        to_seq: int | None = None,
+        witnesses: Sequence[WitnessedHeads] = (),
+        cadence: Cadence | None = None,
     ) -> Report:
+        """Verifies one chain (or the range ``from_seq``..``to_seq`` of it) against its
+        checkpoints, the witnesses' heads of this tenant, and the cadence when given."""
         start = (0, GENESIS)
         if from_seq > 1:
             with self._sessions() as session:
@@ -195,18 +218,20 @@ class AuditStore:
             stmt = select(AuditCheckpointRow).where(
                 AuditCheckpointRow.tenant == tenant, AuditCheckpointRow.seq >= from_seq
             )
-            checkpoints = [
-                CheckpointRecord(c.tenant, c.seq, c.head_hash, c.signed_at, c.signature)
-                for c in session.scalars(stmt.order_by(AuditCheckpointRow.seq))
-            ]
+            checkpoints = [_head(c) for c in session.scalars(stmt.order_by(AuditCheckpointRow.seq))]
         return verify_chain(
             tenant,
             self._chain_rows(tenant, from_seq, to_seq),
             checkpoints,
-            signer,
+            keys,
             lambda digest: self._seq_of_hash(tenant, digest),
             start_after=start,
             to_seq=to_seq,
+            witnesses=[
+                WitnessedHeads(w.name, [h for h in w.heads if h.tenant == tenant])
+                for w in witnesses
+            ],
+            cadence=cadence,
         )
 
     def _chain_rows(self, tenant: str, from_seq: int, to_seq: int | None) -> Iterator[Any]:
@@ -233,3 +258,7 @@ class AuditStore:
                     AuditEventRow.tenant == tenant, AuditEventRow.hash == digest
                 )
             )
+
+
+def _head(row: AuditCheckpointRow) -> Head:
+    return Head(row.tenant, row.seq, row.head_hash, row.signed_at, row.key_id, row.signature)

@@ -10,17 +10,30 @@ What each break looks like:
 - reordered: an event links to an event that exists, but later in the chain;
 - truncated: a checkpoint names a position beyond the chain's end;
 - forged checkpoint: a checkpoint's signature does not verify;
-- rewritten: the chain is consistent in itself but differs from a checkpoint at its
-  position (someone recomputed every hash after a change).
+- rewritten: the chain is consistent in itself but differs from a checkpoint (or a
+  witnessed head) at its position (someone recomputed every hash after a change);
+- checkpoint_missing: a witness holds a signed head the database no longer has;
+- witness_incomplete: the database holds a signed checkpoint a witness lacks (lines were
+  removed from the witness's end, or it never got them);
+- cadence_gap: events waited longer for a checkpoint than the checkpoint interval and its
+  grace allow (checkpoints are missing for a period with events).
+
+A witness's heads (``services/audit/witness.py``) are checked like the database's own
+checkpoints, and both sets against each other: deleting checkpoints, and the events they
+vouch for, no longer leaves a consistent chain once a witness has a copy.
 """
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import datetime as dt
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from services.audit.chain import GENESIS, HASHED_FIELDS, Signer, event_hash
+from services.audit.chain import GENESIS, HASHED_FIELDS, event_hash
+from services.audit.signing import HMAC_PREFIX, CheckpointKeys
+from services.audit.witness import Head
 
 EDITED = "edited"
 DELETED = "deleted"
@@ -29,6 +42,9 @@ REORDERED = "reordered"
 TRUNCATED = "truncated"
 FORGED_CHECKPOINT = "forged_checkpoint"
 REWRITTEN = "rewritten"
+CHECKPOINT_MISSING = "checkpoint_missing"
+WITNESS_INCOMPLETE = "witness_incomplete"
+CADENCE_GAP = "cadence_gap"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,13 +56,30 @@ class Break:
     detail: str
 
 
+CheckpointRecord = Head
+
+
 @dataclasses.dataclass(frozen=True)
-class CheckpointRecord:
-    tenant: str
-    seq: int
-    head_hash: str
-    signed_at: str
-    signature: str
+class Cadence:
+    """When checkpoints are due: every ``interval_s`` while events arrive, ``grace_s`` later
+    at most (shipping delay, a slow tick). ``now`` is when the chain's unsigned tail is
+    judged."""
+
+    interval_s: float
+    grace_s: float
+    now: dt.datetime
+
+    @property
+    def allowed(self) -> dt.timedelta:
+        return dt.timedelta(seconds=self.interval_s + self.grace_s)
+
+
+@dataclasses.dataclass(frozen=True)
+class WitnessedHeads:
+    """One witness's heads of the tenant being verified."""
+
+    name: str
+    heads: Sequence[Head]
 
 
 @dataclasses.dataclass
@@ -60,20 +93,35 @@ def verify_chain(
     tenant: str,
     events: Iterable[Any],
     checkpoints: Sequence[CheckpointRecord],
-    signer: Signer,
+    keys: CheckpointKeys,
     seq_of_hash: Callable[[str], int | None],
     start_after: tuple[int, str] = (0, GENESIS),
     to_seq: int | None = None,
+    witnesses: Sequence[WitnessedHeads] = (),
+    cadence: Cadence | None = None,
 ) -> Report:
     """Walks ``events`` (rows with the hashed fields, ``seq`` and ``hash``, in seq order,
-    starting right after ``start_after`` = (seq, hash)) and the ``checkpoints`` that fall
-    in the checked range; returns the first break by position, if any."""
+    starting right after ``start_after`` = (seq, hash)), the ``checkpoints`` and witnessed
+    heads that fall in the checked range, and the cadence of the valid checkpoints;
+    returns the first break by position, if any."""
     report = Report()
     breaks: list[Break] = []
+    from_seq = start_after[0] + 1
+    in_range = [c for c in checkpoints if to_seq is None or c.seq <= to_seq]
+    witnessed = [
+        (w.name, h)
+        for w in witnesses
+        for h in w.heads
+        if h.seq >= from_seq and (to_seq is None or h.seq <= to_seq)
+    ]
     prev_seq, prev_hash = start_after
     before_prev: str | None = None
     hash_at: dict[int, str] = {}
-    wanted = {c.seq for c in checkpoints}
+    wanted = {c.seq for c in in_range} | {h.seq for _, h in witnessed}
+    # The first event after each checkpoint (and the chain's first event) opens a stretch
+    # the next checkpoint must close in time; its time is all the cadence check needs.
+    openers: dict[int, str] = {}
+    opening = {from_seq} | {c.seq + 1 for c in in_range}
     for row in events:
         report.events_checked += 1
         found = _check_event(tenant, row, prev_seq, prev_hash, before_prev, seq_of_hash)
@@ -82,13 +130,38 @@ def verify_chain(
             break
         if row.seq in wanted:
             hash_at[row.seq] = row.hash
+        if row.seq in opening:
+            openers[row.seq] = row.time
         before_prev, prev_seq, prev_hash = prev_hash, row.seq, row.hash
     chain_end = prev_seq if not breaks else None
-    for checkpoint in checkpoints:
-        if to_seq is not None and checkpoint.seq > to_seq:
-            continue
+
+    first_ed25519 = min(
+        [c.seq for c in checkpoints if not c.key_id.startswith(HMAC_PREFIX)]
+        + [h.seq for w in witnesses for h in w.heads],
+        default=None,
+    )
+    for name, head in witnessed:
+        found = _check_head(tenant, head, hash_at, chain_end, f"the head witnessed by {name}")
+        if found is not None:
+            breaks.append(found)
+    valid: list[CheckpointRecord] = []
+    for checkpoint in in_range:
         report.checkpoints_checked += 1
-        found = _check_checkpoint(tenant, checkpoint, signer, hash_at, chain_end)
+        found = _check_signature(tenant, checkpoint, keys, first_ed25519)
+        if found is None:
+            found = _check_head(
+                tenant,
+                checkpoint,
+                hash_at,
+                chain_end,
+                f"its signed checkpoint of {checkpoint.signed_at}",
+            )
+            valid.append(checkpoint)
+        if found is not None:
+            breaks.append(found)
+    breaks.extend(_cross_check(tenant, in_range, valid, witnesses, witnessed))
+    if cadence is not None and chain_end is not None:
+        found = _check_cadence(tenant, openers, valid, chain_end, cadence)
         if found is not None:
             breaks.append(found)
     if breaks:
@@ -149,38 +222,138 @@ def _check_event(
     )
 
 
-def _check_checkpoint(
-    tenant: str,
-    checkpoint: CheckpointRecord,
-    signer: Signer,
-    hash_at: dict[int, str],
-    chain_end: int | None,
+def _check_signature(
+    tenant: str, c: CheckpointRecord, keys: CheckpointKeys, first_ed25519: int | None
 ) -> Break | None:
-    c = checkpoint
-    if not signer.verify(c.tenant, c.seq, c.head_hash, c.signed_at, c.signature):
+    if c.key_id.startswith(HMAC_PREFIX) and first_ed25519 is not None and c.seq >= first_ed25519:
         return Break(
             FORGED_CHECKPOINT,
             tenant,
             c.seq,
             "",
-            f"the checkpoint at position {c.seq} (signed_at {c.signed_at}) has a bad signature",
+            f"the checkpoint at position {c.seq} (signed_at {c.signed_at}) is HMAC-signed, "
+            f"but Ed25519 checkpoints began at position {first_ed25519}: the HMAC key signs "
+            "nothing any more",
         )
-    if c.seq in hash_at:
-        if hash_at[c.seq] != c.head_hash:
+    problem = keys.check(c.key_id, c.tenant, c.seq, c.head_hash, c.signed_at, c.signature)
+    if problem is None and c.tenant != tenant:
+        problem = f"it was signed for the tenant {c.tenant!r}"
+    if problem is not None:
+        return Break(
+            FORGED_CHECKPOINT,
+            tenant,
+            c.seq,
+            "",
+            f"the checkpoint at position {c.seq} (signed_at {c.signed_at}) is forged: {problem}",
+        )
+    return None
+
+
+def _check_head(
+    tenant: str, head: Head, hash_at: dict[int, str], chain_end: int | None, what: str
+) -> Break | None:
+    """A signed head (a checkpoint's or a witness's) against the chain."""
+    if head.seq in hash_at:
+        if hash_at[head.seq] != head.head_hash:
             return Break(
-                REWRITTEN,
-                tenant,
-                c.seq,
-                "",
-                f"position {c.seq} differs from its signed checkpoint of {c.signed_at}",
+                REWRITTEN, tenant, head.seq, "", f"position {head.seq} differs from {what}"
             )
         return None
-    if chain_end is not None and c.seq > chain_end:
+    if chain_end is not None and head.seq > chain_end:
         return Break(
             TRUNCATED,
             tenant,
             chain_end + 1,
             "",
-            f"the chain ends at {chain_end}; a checkpoint of {c.signed_at} signed position {c.seq}",
+            f"the chain ends at {chain_end}; {what} (signed_at {head.signed_at}) is at "
+            f"position {head.seq}",
         )
+    return None
+
+
+def _cross_check(
+    tenant: str,
+    in_range: Sequence[CheckpointRecord],
+    valid: Sequence[CheckpointRecord],
+    witnesses: Sequence[WitnessedHeads],
+    witnessed: Sequence[tuple[str, Head]],
+) -> list[Break]:
+    """The database's checkpoints against each witness's heads, both ways."""
+    found: list[Break] = []
+    stored = {(c.seq, c.head_hash, c.signed_at, c.signature) for c in in_range}
+    for name, head in witnessed:
+        if (head.seq, head.head_hash, head.signed_at, head.signature) not in stored:
+            found.append(
+                Break(
+                    CHECKPOINT_MISSING,
+                    tenant,
+                    head.seq,
+                    "",
+                    f"{name} holds the checkpoint at position {head.seq} (signed_at "
+                    f"{head.signed_at}); the database does not",
+                )
+            )
+    for witness in witnesses:
+        kept = {(h.seq, h.signature) for h in witness.heads}
+        for c in valid:
+            if c.key_id.startswith(HMAC_PREFIX) or (c.seq, c.signature) in kept:
+                continue
+            found.append(
+                Break(
+                    WITNESS_INCOMPLETE,
+                    tenant,
+                    c.seq,
+                    "",
+                    f"{witness.name} lacks the checkpoint at position {c.seq} (signed_at "
+                    f"{c.signed_at}): lines were removed from it, or it never got them",
+                )
+            )
+    return found
+
+
+def _when(text: str) -> dt.datetime | None:
+    try:
+        value = dt.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
+
+
+def _check_cadence(
+    tenant: str,
+    openers: dict[int, str],
+    valid: Sequence[CheckpointRecord],
+    chain_end: int,
+    cadence: Cadence,
+) -> Break | None:
+    """Each stretch of events must be closed by a checkpoint signed at most the interval
+    and grace after the stretch's first event; the unsigned tail is judged against now."""
+    closing: dict[int, dt.datetime] = {}
+    for c in valid:
+        signed = _when(c.signed_at)
+        if signed is not None and (c.seq not in closing or signed < closing[c.seq]):
+            closing[c.seq] = signed
+    stops = sorted(closing)
+    for seq in sorted(openers):
+        opened = _when(openers[seq])
+        if opened is None:
+            continue
+        due = opened + cadence.allowed
+        at = bisect.bisect_left(stops, seq)
+        closer = stops[at] if at < len(stops) else None
+        closed_at = closing[closer] if closer is not None else cadence.now
+        if closed_at > due:
+            where = (
+                f"the next checkpoint (position {closer}) was signed at {closed_at.isoformat()}"
+                if closer is not None
+                else f"no checkpoint covers it (the chain ends at {chain_end})"
+            )
+            return Break(
+                CADENCE_GAP,
+                tenant,
+                seq,
+                "",
+                f"event {seq} of {openers[seq]} was due in a checkpoint by {due.isoformat()} "
+                f"(every {cadence.interval_s:g} s, {cadence.grace_s:g} s grace); {where}",
+            )
     return None

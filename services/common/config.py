@@ -43,12 +43,47 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
         "host:port of the audit service, where every service ships its audit events. "
         "Empty: events stay in the outbox (nothing is lost) until it is set.",
     ),
+    "REACHSTORE_AUDIT_SIGNING_KEY": (
+        "",
+        "The Ed25519 private key (PEM text) the audit service signs checkpoints and witness "
+        "lines with, e.g. from a Kubernetes secret; or use REACHSTORE_AUDIT_SIGNING_KEY_FILE. "
+        "`up` makes a pair in the data folder when neither is set.",
+    ),
+    "REACHSTORE_AUDIT_SIGNING_KEY_FILE": (
+        "",
+        "Path of the Ed25519 private key (PEM), e.g. a secret mounted as a file.",
+    ),
+    "REACHSTORE_AUDIT_PUBLIC_KEY": (
+        "",
+        "The audit public key (PEM text) `reachstore audit verify` checks checkpoints with; "
+        "or REACHSTORE_AUDIT_PUBLIC_KEY_FILE. Derived from the private key when unset.",
+    ),
+    "REACHSTORE_AUDIT_PUBLIC_KEY_FILE": ("", "Path of the audit public key (PEM)."),
     "REACHSTORE_AUDIT_KEY": (
         "",
-        "Secret (16+ bytes) the audit service signs checkpoints with; `up` keeps one in "
-        "the data folder. Also needed by `reachstore audit verify`.",
+        "The HMAC key older versions signed checkpoints with (`audit.key`): only checks "
+        "those checkpoints, signs nothing.",
     ),
-    "REACHSTORE_AUDIT_CHECKPOINT_S": ("60", "Seconds between signed checkpoints of the chains."),
+    "REACHSTORE_AUDIT_WITNESS_FILE": (
+        "",
+        "Append-only file every checkpoint is also written to (one signed line each); put "
+        "it on a volume the database's owner cannot write. `up`: audit_witness.jsonl in "
+        "the data folder.",
+    ),
+    "REACHSTORE_AUDIT_WITNESS_URL": (
+        "",
+        "HTTP witness(es), comma-separated: each checkpoint line is POSTed there, and a GET "
+        "returns the lines kept (what Verify reads).",
+    ),
+    "REACHSTORE_AUDIT_CADENCE_GRACE_S": (
+        "300",
+        "Seconds a due checkpoint may be late before Verify reports a cadence_gap.",
+    ),
+    "REACHSTORE_AUDIT_CHECKPOINT_S": (
+        "60",
+        "Seconds between signed checkpoints of the chains; checkpoints are due this often "
+        "while events arrive.",
+    ),
     "REACHSTORE_AUDIT_READS": (
         "false",
         "true: reads (queries, look-ups, listings) are audited too, not only changes.",

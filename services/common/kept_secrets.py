@@ -1,6 +1,12 @@
 """Secrets `reachstore up` makes once and keeps in the data folder, readable by the owner
-only, unless the environment sets them: the PII masking key and the audit signing key.
-The command line reads them from the same place."""
+only, unless the environment sets them: the PII masking key and the audit signing key
+pair. The command line reads them from the same place.
+
+The audit key pair kept here is for local use: whoever can read the data folder can sign
+checkpoints with it. A deployment keeps the private key elsewhere (README "Audit").
+``audit.key``, the HMAC key of older versions, is no longer made; when a folder still has
+one it is passed on so the checkpoints it signed keep verifying.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +14,16 @@ import os
 import secrets
 from pathlib import Path
 
-KEPT_SECRETS = {"REACHSTORE_PII_SECRET": "pii.secret", "REACHSTORE_AUDIT_KEY": "audit.key"}
+KEPT_SECRETS = {"REACHSTORE_PII_SECRET": "pii.secret"}
+AUDIT_SIGNING_KEY_FILE = "audit_signing.pem"
+AUDIT_PUBLIC_KEY_FILE = "audit_signing.pub"
+AUDIT_WITNESS_FILE = "audit_witness.jsonl"
+LEGACY_AUDIT_KEY_FILE = "audit.key"
 
 
 def kept_secret(data_dir: Path, file_name: str) -> str:
     """A secret `up` keeps in the data folder (made once, readable by the owner only), so
-    masked values stay joinable and checkpoints verifiable across restarts."""
+    masked values stay joinable across restarts."""
     path = data_dir / file_name
     if not path.exists():
         data_dir.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,8 @@ from sqlalchemy.orm import Mapped, mapped_column
 from services.storage.models import NO_ID_REUSE, TENANT_LEN, Base, BigId
 
 HASH_LEN = 64
+# An Ed25519 signature in hex; the HMAC checkpoints of older deployments use 64 of these.
+SIGNATURE_LEN = 128
 
 
 class AuditEventRow(Base):
@@ -72,7 +74,7 @@ class AuditCheckpointRow(Base):
     head_hash: Mapped[str] = mapped_column(String(HASH_LEN))
     signed_at: Mapped[str] = mapped_column(String(32))
     key_id: Mapped[str] = mapped_column(String(64))
-    signature: Mapped[str] = mapped_column(String(HASH_LEN))
+    signature: Mapped[str] = mapped_column(String(SIGNATURE_LEN))
 
 
 class AuditOutboxRow(Base):

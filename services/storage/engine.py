@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import DefaultClause, Engine, create_engine, event, inspect, text
+from sqlalchemy import DefaultClause, Engine, String, create_engine, event, inspect, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from services.storage import audit_models, reach_models  # noqa: F401 - registers their tables
@@ -39,11 +39,12 @@ def init_schema(engine: Engine) -> None:
     """Creates missing tables and adds columns that newer code expects (idempotent).
 
     Added columns must have a server default (or be nullable) so existing rows get a
-    value: that is the one kind of schema change made in place; anything else would need
-    a real migration.
+    value. The other change made in place is widening a text column on PostgreSQL
+    (SQLite does not enforce lengths); anything else would need a real migration.
     """
     Base.metadata.create_all(engine)
     _add_missing_columns(engine)
+    _widen_columns(engine)
 
 
 def _add_missing_columns(engine: Engine) -> None:
@@ -62,6 +63,29 @@ def _add_missing_columns(engine: Engine) -> None:
                 conn.execute(
                     text(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}{clause}')
                 )
+
+
+def _widen_columns(engine: Engine) -> None:
+    """VARCHAR columns the models now declare longer (e.g. ``audit_checkpoints.signature``
+    for Ed25519 signatures) are widened: no stored value changes."""
+    if engine.dialect.name != "postgresql":
+        return
+    present = inspect(engine)
+    with engine.begin() as conn:
+        for table in Base.metadata.sorted_tables:
+            have = {c["name"]: c["type"] for c in present.get_columns(table.name)}
+            for column in table.columns:
+                want = column.type
+                found = have.get(column.name)
+                if not isinstance(want, String) or not isinstance(found, String):
+                    continue
+                if want.length and found.length and found.length < want.length:
+                    conn.execute(
+                        text(
+                            f'ALTER TABLE {table.name} ALTER COLUMN "{column.name}" '
+                            f"TYPE VARCHAR({want.length})"
+                        )
+                    )
 
 
 def make_sessions(engine: Engine) -> sessionmaker[Session]:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 
+from services.audit.signing import PrivateKey
 from tests.e2e.private_postgres import PrivatePostgres
 from tests.e2e.processes import ROOT, ServiceProcess, shipper_key
 from tests.e2e.system import free_port_block
@@ -23,7 +24,7 @@ from tests.reach.peers import HttpReceiver
 
 SECRETS = {
     "REACHSTORE_PII_SECRET": "deployment-tests-pii-secret",
-    "REACHSTORE_AUDIT_KEY": "deployment-tests-signing-key",
+    "REACHSTORE_AUDIT_SIGNING_KEY": PrivateKey.generate().pem(),
 }
 CHANNEL = "hook"
 

@@ -22,6 +22,7 @@ from reachstore.audit.v1 import audit_service_pb2 as audit_pb
 from reachstore.audit.v1 import audit_service_pb2_grpc as audit_grpc
 from reachstore.ingest.v1 import ingest_service_pb2 as ingest_pb
 from reachstore.ingest.v1 import ingest_service_pb2_grpc as ingest_grpc
+from services.audit.signing import PrivateKey
 from tests.e2e.processes import ServiceProcess, shipper_key
 from tests.e2e.system import RunningSystem
 
@@ -112,7 +113,7 @@ def test_refused_batches_with_huge_maps_do_not_jam_the_outbox(tmp_path: Path) ->
         "REACHSTORE_DATABASE_URL": f"sqlite:///{tmp_path / 'reachstore.db'}",
         "REACHSTORE_DATA_DIR": str(tmp_path / "data"),
         "REACHSTORE_AUDIT_ADDR": audit_addr,
-        "REACHSTORE_AUDIT_KEY": "outbox-jam-tests-signing-key",
+        "REACHSTORE_AUDIT_SIGNING_KEY": PrivateKey.generate().pem(),
     }
     # Services started one by one ship with a deployment service key, as `up` does.
     env["REACHSTORE_AUDIT_SHIPPER_KEY"] = shipper_key(env)

@@ -393,7 +393,7 @@ def test_tenants_see_their_own_trail_and_auditors_see_all(secured: RunningSystem
             assert time.monotonic() < deadline, "no checkpoint was signed"
             time.sleep(0.2)
         checkpoint = acme.get("/api/v1/audit/checkpoint").json()["checkpoint"]
-        assert checkpoint["tenant"] == "acme" and checkpoint["key_id"].startswith("hmac-sha256:")
+        assert checkpoint["tenant"] == "acme" and checkpoint["key_id"].startswith("ed25519:")
         # A refused call is audited too, with its code and category.
         bad = acme.post("/api/v1/namespaces", json={"name": "Not A Name"})
         assert bad.status_code == 400

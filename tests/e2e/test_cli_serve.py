@@ -13,6 +13,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from services.audit.signing import write_key_pair
 from tests.e2e.processes import ROOT
 from tests.e2e.system import free_port_block
 
@@ -29,6 +30,13 @@ def _serve(env_file: Path) -> subprocess.Popen[str]:
     )
 
 
+def _signing_key(folder: Path) -> Path:
+    """An audit signing key in a file, as a mounted secret would be."""
+    path = folder / "secrets" / "audit_signing.pem"
+    write_key_pair(path, folder / "secrets" / "audit_signing.pub")
+    return path
+
+
 def test_serve_runs_one_component_from_an_env_file(tmp_path: Path) -> None:
     address = f"127.0.0.1:{free_port_block(1)}"
     env_file = tmp_path / "audit.env"
@@ -36,7 +44,7 @@ def test_serve_runs_one_component_from_an_env_file(tmp_path: Path) -> None:
         "# one audit replica\n"
         f"REACHSTORE_LISTEN={address}\n"
         f"REACHSTORE_DATABASE_URL=sqlite:///{tmp_path / 'audit.db'}\n"
-        "REACHSTORE_AUDIT_KEY='serve-test-signing-key'\n",
+        f"REACHSTORE_AUDIT_SIGNING_KEY_FILE={_signing_key(tmp_path)}\n",
         encoding="utf-8",
     )
     process = _serve(env_file)
@@ -76,7 +84,9 @@ def test_serve_runs_one_component_from_an_env_file(tmp_path: Path) -> None:
 )
 def test_a_bad_setting_is_one_line_and_exit_2(tmp_path: Path, line: str, named: str) -> None:
     env_file = tmp_path / "bad.env"
-    env_file.write_text(line + "\nREACHSTORE_AUDIT_KEY=serve-test-signing-key\n", encoding="utf-8")
+    env_file.write_text(
+        line + f"\nREACHSTORE_AUDIT_SIGNING_KEY_FILE={_signing_key(tmp_path)}\n", encoding="utf-8"
+    )
     process = _serve(env_file)
     output, _ = process.communicate(timeout=60)
     assert process.returncode == 2, output

@@ -26,7 +26,8 @@ from sqlalchemy import Connection, Engine, text
 from sqlalchemy import event as sqlalchemy_event
 from sqlalchemy.exc import DBAPIError
 
-from services.audit.chain import HASHED_FIELDS, Signer, canonical_json, event_hash
+from services.audit.chain import HASHED_FIELDS, canonical_json, event_hash
+from services.audit.signing import CheckpointKeys, PrivateKey
 from services.audit.store import AuditStore
 from services.audit.verify import (
     DELETED,
@@ -40,7 +41,8 @@ from services.audit.verify import (
 )
 from services.storage.engine import init_schema, make_engine, make_sessions
 
-SIGNER = Signer(b"audit-tamper-test-key-0123456789")
+KEY = PrivateKey.generate()
+KEYS = CheckpointKeys(KEY.public)
 APPEND_ONLY = ("audit_events", "audit_checkpoints")
 START = dt.datetime(2026, 3, 1, 9, 0, tzinfo=dt.UTC)
 EVENT_COLUMNS = ("tenant", "seq", *(f for f in HASHED_FIELDS if f != "tenant"), "hash")
@@ -96,7 +98,7 @@ class Trail:
     store: AuditStore
 
     def verify(self, tenant: str) -> Report:
-        return self.store.verify(tenant, SIGNER)
+        return self.store.verify(tenant, KEYS)
 
     def rows(self, tenant: str) -> list[dict[str, Any]]:
         with self.engine.connect() as conn:
@@ -113,9 +115,9 @@ def trail(database_url: str) -> Iterator[Trail]:
     init_schema(engine)
     store = AuditStore(make_sessions(engine))
     store.append(events("acme", 1, 10) + events("globex", 1, 3))
-    assert store.checkpoint(SIGNER) == 2
+    assert len(store.checkpoint(KEY)) == 2
     store.append(events("acme", 11, 20) + events("globex", 4, 4))
-    assert store.checkpoint(SIGNER) == 2
+    assert len(store.checkpoint(KEY)) == 2
     yield Trail(engine, store)
     engine.dispose()
 
@@ -320,7 +322,7 @@ def test_a_checkpoint_with_a_changed_signature_is_found_as_forged(
 ) -> None:
     tamper.execute(
         text("UPDATE audit_checkpoints SET signature = :fake WHERE tenant = 'acme' AND seq = 20"),
-        {"fake": "0" * 64},
+        {"fake": "0" * 128},
     )
     tamper.commit()
     assert_break(trail, FORGED_CHECKPOINT, 20)
@@ -334,7 +336,7 @@ def test_a_made_up_checkpoint_is_found_as_forged(trail: Trail, tamper: Connectio
             "INSERT INTO audit_checkpoints (tenant, seq, head_hash, signed_at, key_id, signature)"
             " VALUES ('acme', 15, :head, '2026-03-02T00:00:00.000Z', :key_id, :signature)"
         ),
-        {"head": rows[15]["hash"], "key_id": SIGNER.key_id, "signature": "ab" * 32},
+        {"head": rows[15]["hash"], "key_id": KEY.key_id, "signature": "ab" * 64},
     )
     tamper.commit()
     assert_break(trail, FORGED_CHECKPOINT, 15)
@@ -455,9 +457,9 @@ def test_a_range_is_checked_on_its_own(trail: Trail, tamper: Connection) -> None
         text("UPDATE audit_events SET params_json = '{}' WHERE tenant = 'acme' AND seq = 15")
     )
     tamper.commit()
-    early = trail.store.verify("acme", SIGNER, from_seq=3, to_seq=12)
+    early = trail.store.verify("acme", KEYS, from_seq=3, to_seq=12)
     assert early.first_break is None and early.events_checked == 10
     assert early.checkpoints_checked == 1  # the one at 10; the one at 20 is outside
-    late = trail.store.verify("acme", SIGNER, from_seq=13, to_seq=18)
+    late = trail.store.verify("acme", KEYS, from_seq=13, to_seq=18)
     assert late.first_break is not None and late.first_break.kind == EDITED
     assert late.first_break.seq == 15

@@ -23,14 +23,17 @@ import uuid
 from typing import Any
 
 import grpc
+import httpx
 from google.protobuf import json_format
 
 from reachstore.audit.v1 import audit_service_pb2 as pb
 from reachstore.audit.v1 import audit_service_pb2_grpc as pb_grpc
 from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
 from services.audit import verify as checks
-from services.audit.chain import Signer, canonical_json
+from services.audit.chain import canonical_json
+from services.audit.checkpointing import Checkpointer
 from services.audit.store import AuditStore, EventFilter
+from services.audit.verify_settings import WITNESS_BROKEN, Verifier
 from services.audit.visibility import may_read
 from services.common import errors, names, paging
 from services.common.auth import Caller
@@ -56,6 +59,10 @@ _BREAKS = {
     checks.TRUNCATED: pb.BREAK_KIND_TRUNCATED,
     checks.FORGED_CHECKPOINT: pb.BREAK_KIND_FORGED_CHECKPOINT,
     checks.REWRITTEN: pb.BREAK_KIND_REWRITTEN,
+    checks.CHECKPOINT_MISSING: pb.BREAK_KIND_CHECKPOINT_MISSING,
+    checks.WITNESS_INCOMPLETE: pb.BREAK_KIND_WITNESS_INCOMPLETE,
+    WITNESS_BROKEN: pb.BREAK_KIND_WITNESS_BROKEN,
+    checks.CADENCE_GAP: pb.BREAK_KIND_CADENCE_GAP,
 }
 _CATEGORIES = {
     name.removeprefix("CATEGORY_").lower(): value
@@ -121,10 +128,17 @@ def _event_fields(message: pb.AuditEvent, masker: Masker, index: int) -> dict[st
 
 
 class AuditServicer(pb_grpc.AuditServiceServicer):
-    def __init__(self, store: AuditStore, signer: Signer, masker: Masker) -> None:
+    def __init__(
+        self,
+        store: AuditStore,
+        verifier: Verifier,
+        masker: Masker,
+        checkpointer: Checkpointer | None = None,
+    ) -> None:
         self._store = store
-        self._signer = signer
+        self._verifier = verifier
         self._masker = masker
+        self._checkpointer = checkpointer
 
     async def AppendEvents(
         self, request: pb.AppendEventsRequest, context: grpc.aio.ServicerContext
@@ -254,14 +268,23 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
         if request.from_seq < 0 or request.to_seq < 0:
             raise errors.invalid("from_seq", "positions are 1 or more (0: the default)")
         response = pb.VerifyResponse(ok=True)
-        for tenant in tenants:
-            report = await asyncio.to_thread(
-                self._store.verify,
-                tenant,
-                self._signer,
-                request.from_seq or 1,
-                request.to_seq or None,
-            )
+        try:
+            reads = await asyncio.to_thread(self._verifier.read_witnesses)
+        except (OSError, httpx.HTTPError) as exc:
+            raise errors.ReachstoreError(
+                errors.SERVICE_UNAVAILABLE,
+                f"a witness of the audit trail could not be read: {exc}",
+                structured_data={"service": "audit witness"},
+            ) from None
+        verified = await asyncio.to_thread(
+            self._verifier.verify,
+            self._store,
+            tenants,
+            request.from_seq or 1,
+            request.to_seq or None,
+            reads,
+        )
+        for _tenant, report in verified:
             response.tenants_checked += 1
             response.events_checked += report.events_checked
             response.checkpoints_checked += report.checkpoints_checked
@@ -285,7 +308,16 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
     ) -> pb.GetCheckpointResponse:
         tenant = _tenant_for(caller(context), request.tenant)
         row = await asyncio.to_thread(self._store.latest_checkpoint, tenant)
-        response = pb.GetCheckpointResponse()
+        response = pb.GetCheckpointResponse(public_key_pem=self._verifier.keys.public.pem())
+        if self._checkpointer is not None:
+            now = time.time()
+            if self._checkpointer.last_checkpoint_at is not None:
+                response.last_checkpoint_age_s = max(
+                    0.0, now - self._checkpointer.last_checkpoint_at
+                )
+            witnessed = self._checkpointer.delivery.last_witnessed_at
+            if witnessed is not None:
+                response.last_witnessed_age_s = max(0.0, now - witnessed)
         if row is not None:
             response.checkpoint.CopyFrom(
                 pb.Checkpoint(

@@ -21,6 +21,10 @@ class BreakKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     BREAK_KIND_TRUNCATED: _ClassVar[BreakKind]
     BREAK_KIND_FORGED_CHECKPOINT: _ClassVar[BreakKind]
     BREAK_KIND_REWRITTEN: _ClassVar[BreakKind]
+    BREAK_KIND_CHECKPOINT_MISSING: _ClassVar[BreakKind]
+    BREAK_KIND_WITNESS_INCOMPLETE: _ClassVar[BreakKind]
+    BREAK_KIND_WITNESS_BROKEN: _ClassVar[BreakKind]
+    BREAK_KIND_CADENCE_GAP: _ClassVar[BreakKind]
 BREAK_KIND_UNSPECIFIED: BreakKind
 BREAK_KIND_EDITED: BreakKind
 BREAK_KIND_DELETED: BreakKind
@@ -29,6 +33,10 @@ BREAK_KIND_REORDERED: BreakKind
 BREAK_KIND_TRUNCATED: BreakKind
 BREAK_KIND_FORGED_CHECKPOINT: BreakKind
 BREAK_KIND_REWRITTEN: BreakKind
+BREAK_KIND_CHECKPOINT_MISSING: BreakKind
+BREAK_KIND_WITNESS_INCOMPLETE: BreakKind
+BREAK_KIND_WITNESS_BROKEN: BreakKind
+BREAK_KIND_CADENCE_GAP: BreakKind
 
 class AuditEvent(_message.Message):
     __slots__ = ("event_id", "time", "tenant", "caller_key_id", "service", "method", "idempotency_key", "params", "result_status", "error_code", "category", "duration_ms", "trace_id", "seq", "prev_hash", "hash")
@@ -195,9 +203,15 @@ class Checkpoint(_message.Message):
     def __init__(self, tenant: _Optional[str] = ..., seq: _Optional[int] = ..., head_hash: _Optional[str] = ..., signed_at: _Optional[str] = ..., key_id: _Optional[str] = ..., signature: _Optional[str] = ...) -> None: ...
 
 class GetCheckpointResponse(_message.Message):
-    __slots__ = ("checkpoint", "partial_failures")
+    __slots__ = ("checkpoint", "partial_failures", "last_checkpoint_age_s", "last_witnessed_age_s", "public_key_pem")
     CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
     PARTIAL_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    LAST_CHECKPOINT_AGE_S_FIELD_NUMBER: _ClassVar[int]
+    LAST_WITNESSED_AGE_S_FIELD_NUMBER: _ClassVar[int]
+    PUBLIC_KEY_PEM_FIELD_NUMBER: _ClassVar[int]
     checkpoint: Checkpoint
     partial_failures: _containers.RepeatedCompositeFieldContainer[_partial_failure_pb2.PartialFailure]
-    def __init__(self, checkpoint: _Optional[_Union[Checkpoint, _Mapping]] = ..., partial_failures: _Optional[_Iterable[_Union[_partial_failure_pb2.PartialFailure, _Mapping]]] = ...) -> None: ...
+    last_checkpoint_age_s: float
+    last_witnessed_age_s: float
+    public_key_pem: str
+    def __init__(self, checkpoint: _Optional[_Union[Checkpoint, _Mapping]] = ..., partial_failures: _Optional[_Iterable[_Union[_partial_failure_pb2.PartialFailure, _Mapping]]] = ..., last_checkpoint_age_s: _Optional[float] = ..., last_witnessed_age_s: _Optional[float] = ..., public_key_pem: _Optional[str] = ...) -> None: ...

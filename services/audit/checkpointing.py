@@ -1,0 +1,93 @@
+"""Signing checkpoints on their cadence and handing them to the witnesses, and the two
+ages an operator watches: of the last checkpoint, and of the last head a witness kept.
+
+Checkpoints are due every ``REACHSTORE_AUDIT_CHECKPOINT_S`` while events arrive (a chain
+that did not move needs none); ``services/audit/verify.py`` reports a stretch of events
+left unsigned for longer, plus its grace, as a ``cadence_gap``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import time
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from services.audit.signing import PrivateKey
+from services.audit.store import AuditStore
+from services.audit.witness import Delivery
+
+log = logging.getLogger(__name__)
+
+
+class Checkpointer:
+    def __init__(self, store: AuditStore, key: PrivateKey, delivery: Delivery) -> None:
+        self.store = store
+        self.key = key
+        self.delivery = delivery
+        self.last_checkpoint_at: float | None = None
+
+    def start(self) -> None:
+        """Reads when the newest checkpoint was signed, and witnesses each tenant's latest
+        checkpoint that a witness lacks (the process stopped between the two)."""
+        last = self.store.last_signed_at()
+        if last is not None:
+            self.last_checkpoint_at = dt.datetime.fromisoformat(last).timestamp()
+        if self.delivery.witnesses:
+            failed = self.delivery.catch_up(self.store.latest_checkpoints(), time.time)
+            for name in failed:
+                log.warning("witness %s is not answering; its copies wait", name)
+
+    def tick(self) -> int:
+        signed = self.store.checkpoint(self.key)
+        if signed:
+            self.last_checkpoint_at = time.time()
+        for name in self.delivery.deliver(signed, time.time):
+            log.warning("witness %s is not answering; its copies wait for the next tick", name)
+        return len(signed)
+
+    async def run(self, every_s: int) -> None:
+        while True:
+            await asyncio.sleep(every_s)
+            try:
+                written = await asyncio.to_thread(self.tick)
+                if written:
+                    log.info("signed %d checkpoint(s)", written)
+            except Exception:  # noqa: BLE001 - the next tick tries again
+                log.exception("signing checkpoints failed")
+
+
+class CheckpointAges(Collector):
+    """``reachstore_audit_last_checkpoint_age_seconds`` and
+    ``reachstore_audit_last_witnessed_age_seconds`` (absent until there is one). Both grow
+    while no events arrive; an alert wants them against the interval while events do."""
+
+    def __init__(self, checkpointer: Checkpointer) -> None:
+        self._checkpointer = checkpointer
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        now = time.time()
+        for name, at, what in (
+            ("reachstore_audit_last_checkpoint_age_seconds",
+             self._checkpointer.last_checkpoint_at, "the newest signed checkpoint"),
+            ("reachstore_audit_last_witnessed_age_seconds",
+             self._checkpointer.delivery.last_witnessed_at,
+             "the newest checkpoint every witness has kept"),
+        ):  # fmt: skip
+            family = GaugeMetricFamily(name, f"Seconds since {what}.")
+            if at is not None:
+                family.add_metric([], max(0.0, now - at))
+            yield family
+
+
+def serve_metrics(checkpointer: Checkpointer, address: str) -> None:
+    """Exposes the ages in Prometheus text format at http://address/metrics."""
+    registry = CollectorRegistry()
+    registry.register(CheckpointAges(checkpointer))
+    host, _, port = address.rpartition(":")
+    start_http_server(int(port), addr=host, registry=registry)
