@@ -69,7 +69,7 @@ class Verifier:
                     "",
                     f"{read.name}: {read.broken.detail}",
                 )
-                if report.first_break is None or found.seq < report.first_break.seq:
+                if report.first_break is None or found.seq <= report.first_break.seq:
                     report.first_break = found
             results.append((tenant, report))
         return results
