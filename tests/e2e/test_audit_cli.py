@@ -1,9 +1,11 @@
 """`reachstore audit verify|list` as an operator runs it: a subprocess against a data
-folder (the SQLite file and the audit.key that `reachstore up` keeps there), with its
-exit code as the contract for scripts: 0 ok, 1 broken, 2 could not check."""
+folder (the SQLite file, the audit public key and the witness file that `reachstore up`
+keeps there), with its exit code as the contract for scripts: 0 ok, 1 broken, 2 could not
+check. The private key is kept outside the folder, as a deployment keeps it."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import subprocess
@@ -13,16 +15,17 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from services.audit.chain import Signer
+from services.audit.signing import PrivateKey
 from services.audit.store import AuditStore
-from services.common.kept_secrets import KEPT_SECRETS
+from services.audit.witness import FileWitness
+from services.common.kept_secrets import AUDIT_PUBLIC_KEY_FILE, AUDIT_WITNESS_FILE
 from services.storage.engine import init_schema, make_engine, make_sessions
-from tests.integration.test_audit_tamper import drop_append_only_triggers, events
+from tests.integration.test_audit_tamper import START, drop_append_only_triggers, events
 
 pytestmark = pytest.mark.e2e
 
-KEY = "0123456789abcdef" * 4
-KEY_FILE = KEPT_SECRETS["REACHSTORE_AUDIT_KEY"]
+KEY = PrivateKey.generate()
+KEY_FILE = AUDIT_PUBLIC_KEY_FILE
 
 
 def reachstore(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -31,7 +34,8 @@ def reachstore(*args: str, env: dict[str, str] | None = None) -> subprocess.Comp
     clean = {
         k: v
         for k, v in os.environ.items()
-        if k not in ("REACHSTORE_AUDIT_KEY", "REACHSTORE_DATABASE_URL", "REACHSTORE_DATA_DIR")
+        if not k.startswith("REACHSTORE_AUDIT_")
+        and k not in ("REACHSTORE_DATABASE_URL", "REACHSTORE_DATA_DIR")
     }
     return subprocess.run(
         [sys.executable, "-m", "services.cli", *args],
@@ -42,23 +46,27 @@ def reachstore(*args: str, env: dict[str, str] | None = None) -> subprocess.Comp
     )
 
 
-@pytest.fixture
-def data_dir(tmp_path: Path) -> Path:
-    """A data folder as `up` leaves it: acme with 12 events (checkpoints at 6 and 12),
-    globex with 3 (checkpoint at 3), and the signing key readable by its owner only."""
-    folder = tmp_path / "data"
-    engine = make_engine(f"sqlite:///{folder / 'reachstore.db'}")
+def build_trail(folder: Path, database_url: str) -> None:
+    """acme with 12 events (checkpoints at 6 and 12), globex with 3 (checkpoint at 3),
+    each checkpoint signed 30 s after the events (on time) and in the witness file, and
+    the public key beside them."""
+    engine = make_engine(database_url)
     init_schema(engine)
     store = AuditStore(make_sessions(engine))
-    signer = Signer(KEY.encode("utf-8"))
+    witness = FileWitness(folder / AUDIT_WITNESS_FILE)
     store.append(events("acme", 1, 6) + events("globex", 1, 3))
-    store.checkpoint(signer)
+    witness.append(KEY, store.checkpoint(KEY, START + dt.timedelta(seconds=30)))
     store.append(events("acme", 7, 12))
-    store.checkpoint(signer)
+    witness.append(KEY, store.checkpoint(KEY, START + dt.timedelta(seconds=40)))
     engine.dispose()
-    fd = os.open(folder / KEY_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(KEY + "\n")
+    (folder / KEY_FILE).write_text(KEY.public.pem())
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    """A data folder as `up` leaves it, without the private key."""
+    folder = tmp_path / "data"
+    build_trail(folder, f"sqlite:///{folder / 'reachstore.db'}")
     return folder
 
 
@@ -78,6 +86,7 @@ def test_a_clean_trail_verifies(data_dir: Path) -> None:
     done = reachstore("audit", "verify", "--data-dir", str(data_dir))
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
+    assert lines[0] == f"witness file {data_dir / AUDIT_WITNESS_FILE}: 3 heads: ok"
     assert "acme: 12 events, 2 checkpoints checked: ok" in lines
     assert "globex: 3 events, 1 checkpoint checked: ok" in lines
     assert lines[-1] == "ok: 2 tenants verified"
@@ -112,6 +121,9 @@ def test_json_output_parses_and_names_the_break(data_dir: Path) -> None:
     acme, globex = report["tenants"]
     assert acme["first_break"]["kind"] == "edited"
     assert (acme["first_break"]["seq"], acme["first_break"]["event_id"]) == (4, "acme-0004")
+    assert report["witnesses"] == [
+        {"witness": f"file {data_dir / AUDIT_WITNESS_FILE}", "ok": True, "heads": 3, "broken": None}
+    ]
     assert globex == {
         "tenant": "globex",
         "ok": True,
@@ -121,21 +133,32 @@ def test_json_output_parses_and_names_the_break(data_dir: Path) -> None:
     }
 
 
-def test_one_tenant_and_a_key_from_the_environment(data_dir: Path) -> None:
-    """REACHSTORE_AUDIT_KEY wins over the file: a wrong one makes the checkpoints fail."""
+def test_one_tenant_and_a_key_from_the_environment(data_dir: Path, tmp_path: Path) -> None:
+    """A public key given wins over the one in the folder: a wrong one makes the
+    checkpoints fail, and the witness's lines with them (the cadence is left out: with no
+    valid checkpoint, the events' wait for one would be the first break)."""
     (data_dir / KEY_FILE).unlink()
     ok = reachstore(
         "audit", "verify", "--data-dir", str(data_dir), "--tenant", "globex", "--json",
-        env={"REACHSTORE_AUDIT_KEY": KEY},
+        env={"REACHSTORE_AUDIT_PUBLIC_KEY": KEY.public.pem()},
     )  # fmt: skip
     assert ok.returncode == 0, ok.stderr
     assert [t["tenant"] for t in json.loads(ok.stdout)["tenants"]] == ["globex"]
+    pinned = tmp_path / "pinned.pub"
+    pinned.write_text(PrivateKey.generate().public.pem())
     wrong = reachstore(
         "audit", "verify", "--data-dir", str(data_dir), "--tenant", "globex",
-        env={"REACHSTORE_AUDIT_KEY": "another-key-of-enough-bytes"},
+        "--public-key", str(pinned), "--no-cadence",
     )  # fmt: skip
     assert wrong.returncode == 1
     assert "forged_checkpoint at position 3" in wrong.stdout
+    assert "witness_broken at line 1" in wrong.stdout
+
+
+def test_the_folders_public_key_is_used_with_a_warning(data_dir: Path) -> None:
+    done = reachstore("audit", "verify", "--data-dir", str(data_dir))
+    assert done.returncode == 0
+    assert "whoever can write the data folder can replace it" in done.stderr
 
 
 def test_without_a_key_it_exits_2_with_one_line(data_dir: Path) -> None:
@@ -144,14 +167,83 @@ def test_without_a_key_it_exits_2_with_one_line(data_dir: Path) -> None:
     assert done.returncode == 2
     assert done.stdout == ""
     [message] = done.stderr.splitlines()
-    assert "REACHSTORE_AUDIT_KEY" in message and KEY_FILE in message
+    assert "--public-key" in message and KEY_FILE in message
+
+
+def delete_sql(folder: Path, *statements: str, url: str | None = None) -> None:
+    engine = make_engine(url or f"sqlite:///{folder / 'reachstore.db'}")
+    with engine.begin() as conn:
+        drop_append_only_triggers(conn)
+        for statement in statements:
+            conn.execute(text(statement))
+    engine.dispose()
+
+
+@pytest.mark.parametrize("engine_name", ["sqlite", "postgresql"])
+def test_a_cut_tail_with_its_checkpoint_gone_exits_1_naming_it(
+    engine_name: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """The events after acme's first checkpoint and the checkpoint over them deleted, the
+    head wound back: the database alone is consistent, the witness is not."""
+    folder = tmp_path / "data"
+    url = f"sqlite:///{folder / 'reachstore.db'}"
+    env: dict[str, str] = {}
+    if engine_name == "postgresql":
+        url = request.getfixturevalue("pg_database")
+        env["REACHSTORE_DATABASE_URL"] = url
+    folder.mkdir()
+    build_trail(folder, url)
+    delete_sql(
+        folder,
+        "DELETE FROM audit_events WHERE tenant = 'acme' AND seq > 6",
+        "DELETE FROM audit_checkpoints WHERE tenant = 'acme' AND seq > 6",
+        "UPDATE audit_heads SET seq = 6, hash = (SELECT hash FROM audit_events"
+        " WHERE tenant = 'acme' AND seq = 6) WHERE tenant = 'acme'",
+        url=url,
+    )
+    done = reachstore("audit", "verify", "--data-dir", str(folder), env=env)
+    assert done.returncode == 1, done.stderr
+    [acme] = [line for line in done.stdout.splitlines() if line.startswith("acme:")]
+    assert "truncated at position 7" in acme and AUDIT_WITNESS_FILE in acme
+    assert done.stdout.splitlines()[-1] == "BROKEN: 1 of 2 tenants: acme"
+    # Without the witness it would have passed: that is what the witness is for.
+    (folder / AUDIT_WITNESS_FILE).unlink()
+    alone = reachstore("audit", "verify", "--data-dir", str(folder), env=env)
+    assert alone.returncode == 0, alone.stdout
+    assert "no witness: checked against the database's own checkpoints only" in alone.stdout
+
+
+def test_the_witness_files_last_line_removed_exits_1(data_dir: Path) -> None:
+    witness = data_dir / AUDIT_WITNESS_FILE
+    lines = witness.read_text().splitlines()
+    witness.write_text("\n".join(lines[:-1]) + "\n")
+    done = reachstore("audit", "verify", "--data-dir", str(data_dir))
+    assert done.returncode == 1
+    assert "acme: 12 events, 2 checkpoints checked: witness_incomplete at position 12" in (
+        done.stdout
+    )
+
+
+def test_a_trail_checkpointed_late_is_a_cadence_gap(data_dir: Path) -> None:
+    """The fixture signed 30 s after the events; with a 10 s interval and 5 s of grace
+    that is late."""
+    late = reachstore(
+        "audit", "verify", "--data-dir", str(data_dir), "--checkpoint-s", "10",
+        "--cadence-grace-s", "5",
+    )  # fmt: skip
+    assert late.returncode == 1
+    assert "cadence_gap at position 1" in late.stdout
+    unchecked = reachstore(
+        "audit", "verify", "--data-dir", str(data_dir), "--checkpoint-s", "10", "--no-cadence"
+    )
+    assert unchecked.returncode == 0, unchecked.stdout
 
 
 def test_a_folder_without_a_database_exits_2(tmp_path: Path, data_dir: Path) -> None:
     """A mistyped --data-dir is an error, not an empty trail that verifies."""
     done = reachstore(
         "audit", "verify", "--data-dir", str(tmp_path / "nowhere"),
-        env={"REACHSTORE_AUDIT_KEY": KEY},
+        env={"REACHSTORE_AUDIT_PUBLIC_KEY": KEY.public.pem()},
     )  # fmt: skip
     assert done.returncode == 2
     [message] = done.stderr.splitlines()
