@@ -21,6 +21,7 @@ from reachstore.ingest.v1 import ingest_service_pb2 as ingest_pb
 from reachstore.ingest.v1 import ingest_service_pb2_grpc as ingest_grpc
 from reachstore.reach.v1 import reach_service_pb2 as reach_pb
 from reachstore.reach.v1 import reach_service_pb2_grpc as reach_grpc
+from services.audit.signing import PrivateKey
 from tests.e2e.processes import ServiceProcess, shipper_key
 from tests.e2e.system import RunningSystem
 from tests.reach.peers import HttpReceiver
@@ -29,7 +30,7 @@ pytestmark = pytest.mark.e2e
 
 SECRETS = {
     "REACHSTORE_PII_SECRET": "audit-system-tests-pii-secret",
-    "REACHSTORE_AUDIT_KEY": "audit-system-tests-signing-key",
+    "REACHSTORE_AUDIT_SIGNING_KEY": PrivateKey.generate().pem(),
 }
 PG_MARKED = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
 
