@@ -273,6 +273,9 @@ def test_verify_reports_a_clean_trail_then_where_and_how_it_was_tampered_with(
     page: Page, system: RunningSystem, keys: dict[str, str], shot: Shot
 ) -> None:
     sign_in(page, system.http_url, keys["operator"], view="audit")
+    ages = page.locator("[data-checkpoint=ages]")
+    expect(ages).to_contain_text("Last checkpoint signed")
+    expect(ages).to_contain_text("Last head kept by every witness")
     events = page.locator("section[aria-labelledby=events-title] tbody tr[data-seq]")
     expect(events.first).to_be_visible()
     # Filtering: only the operator's resolutions.

@@ -127,4 +127,5 @@ export const api = {
   namespaceHealth: (query) => call("GET", "/api/v1/namespaces:health", { query }),
   listEvents: (query) => call("GET", "/api/v1/audit/events", { query }),
   verify: (body) => call("POST", "/api/v1/audit:verify", { body }),
+  checkpoint: (tenant) => call("GET", "/api/v1/audit/checkpoint", { query: tenant ? { tenant } : {} }),
 };

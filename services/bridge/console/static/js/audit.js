@@ -24,7 +24,34 @@ const BREAKS = {
   truncated: "the chain ends before a signed checkpoint",
   forged_checkpoint: "a checkpoint's signature does not verify",
   rewritten: "the chain was rewritten, hashes included, and differs from a signed checkpoint",
+  checkpoint_missing: "a witness holds a signed checkpoint the database no longer has",
+  witness_incomplete: "the database holds a signed checkpoint a witness lacks (lines removed from its end)",
+  witness_broken: "a witness's line is out of sequence, changed, or not signed with the audit key",
+  cadence_gap: "events waited longer for a checkpoint than the checkpoint interval allows",
 };
+
+function age(seconds) {
+  if (seconds === undefined || seconds === null) return "none yet";
+  const s = Number(seconds);
+  if (s < 120) return `${Math.round(s)} s ago`;
+  if (s < 7200) return `${Math.round(s / 60)} min ago`;
+  return `${Math.round(s / 3600)} h ago`;
+}
+
+async function loadCheckpoint(section) {
+  clear(section).append(loadingBox("the latest checkpoint"));
+  try {
+    const reply = await api.checkpoint("");
+    const c = reply.checkpoint;
+    clear(section).append(h("dl", { class: "facts", "data-checkpoint": "ages" },
+      h("dt", {}, "Last checkpoint signed"), h("dd", { "data-age": "checkpoint" }, age(reply.last_checkpoint_age_s)),
+      h("dt", {}, "Last head kept by every witness"), h("dd", { "data-age": "witnessed" }, age(reply.last_witnessed_age_s)),
+      h("dt", {}, "Your tenant's latest checkpoint"),
+      h("dd", {}, c ? `position ${c.seq}, ${fmtTime(c.signed_at)}, key ${c.key_id}` : "none yet")));
+  } catch (err) {
+    clear(section).append(errorBox(err, "the latest checkpoint", () => loadCheckpoint(section)));
+  }
+}
 
 const state = { filters: {}, pages: [""] };
 
@@ -32,13 +59,20 @@ export function renderAudit(root) {
   clear(root);
   const heading = h("h1", { tabindex: "-1" }, "Audit");
   const verifySection = h("section", { class: "panel", "aria-labelledby": "verify-title" });
+  const ages = h("div", {});
+  const checkpointSection = h("section", { class: "panel", "aria-labelledby": "checkpoint-title" },
+    h("h2", { id: "checkpoint-title" }, "Checkpoints"),
+    h("p", { class: "lead" }, "Checkpoints are due every checkpoint interval while events arrive, " +
+      "each also kept by the witnesses outside the database."),
+    ages);
   const events = h("div", { class: "events" });
   const eventsSection = h("section", { class: "panel", "aria-labelledby": "events-title" },
     h("h2", { id: "events-title" }, "Browse events"),
     h("p", { class: "lead" }, "The trail in chain order, personal data masked before it was stored."),
     eventForm(events), events);
-  root.append(heading, verifySection, eventsSection);
+  root.append(heading, checkpointSection, verifySection, eventsSection);
   verifySection.append(verifyForm());
+  loadCheckpoint(ages);
   loadEvents(events);
   return heading;
 }
@@ -89,7 +123,7 @@ function verdict(reply) {
   }
   const b = reply.first_break || {};
   return h("div", { class: "notice error", "data-verdict": "broken", role: "alert" },
-    h("p", { class: "verdict" }, `Broken: ${b.kind ? b.kind.replace("_", " ") : "unknown kind"}`),
+    h("p", { class: "verdict" }, `Broken: ${b.kind ? b.kind.replaceAll("_", " ") : "unknown kind"}`),
     h("dl", { class: "facts" },
       h("dt", {}, "Where"), h("dd", {}, `tenant ${b.tenant}, position ${b.seq}`),
       h("dt", {}, "Event"), h("dd", {}, b.event_id || "no event at that position"),
