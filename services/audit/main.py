@@ -63,6 +63,7 @@ async def _run(settings: Settings, signer: Signer) -> None:
         on_stop=engine.dispose,
         authenticator=authenticator_for(sessions, [SERVICE], settings.require_keys),
         limiter=RequestLimiter(settings.limits),
+        tls=settings.tls,
     )
 
 

@@ -17,6 +17,8 @@ from pathlib import Path
 from services.common.channels import split_addresses
 from services.common.config_errors import ConfigError
 from services.common.limits import Limits
+from services.common.tls import ENVIRONMENT as TLS_ENVIRONMENT
+from services.common.tls import PLAIN, TlsFiles, tls_from_env
 
 __all__ = ["ENVIRONMENT", "ConfigError", "Settings"]
 
@@ -142,6 +144,7 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
         "Bridge: open HTTP connections it serves at once; a request on a connection beyond "
         "them gets 503 TOO_MANY_CONNECTIONS and the connection closes.",
     ),
+    **TLS_ENVIRONMENT,
 }
 
 
@@ -286,6 +289,7 @@ class Settings:
     ingest_heartbeat_s: float = 10.0
     http_allowed_hosts: tuple[str, ...] = ()
     http_allowed_origins: tuple[str, ...] = ()
+    tls: TlsFiles = PLAIN
 
     @classmethod
     def from_env(
@@ -345,4 +349,5 @@ class Settings:
             ingest_heartbeat_s=ingest_heartbeat_s,
             http_allowed_hosts=_hosts(env, require_keys),
             http_allowed_origins=_origins(env),
+            tls=tls_from_env(env),
         )

@@ -26,6 +26,7 @@ from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
 from services.common import database_errors, errors, identity, limits, nul_strings, wire
 from services.common.auth import Authenticator, Caller
 from services.common.limits import CallKind, RequestLimiter
+from services.common.tls import PLAIN, TlsFiles
 
 log = logging.getLogger(__name__)
 
@@ -253,11 +254,13 @@ def create_server(
     authenticator: Authenticator | None = None,
     limiter: RequestLimiter | None = None,
     audit: CallAudit | None = None,
+    tls: TlsFiles = PLAIN,
 ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
     """Builds a server with our services, health and reflection, bound to ``address``.
 
     Returns the server (not started), the bound port (useful with ``host:0``) and the
-    health servicer so the caller can flip serving states.
+    health servicer so the caller can flip serving states. With ``tls`` serving, the port
+    speaks TLS only (and asks callers for a certificate when ``tls`` says so).
     """
     server = grpc.aio.server(
         interceptors=[_CallGuard(Guards(authenticator, limiter, audit))], options=GRPC_OPTIONS
@@ -275,7 +278,11 @@ def create_server(
         ],
         server,
     )
-    port = server.add_insecure_port(address)
+    credentials = tls.server_credentials()
+    if credentials is None:
+        port = server.add_insecure_port(address)
+    else:
+        port = server.add_secure_port(address, credentials)
     if port == 0:
         raise RuntimeError(f"could not bind gRPC server to {address}")
     return server, port, health_servicer

@@ -96,6 +96,7 @@ async def _run(settings: Settings) -> None:
         limiter=limiter,
         audit=auditor,
         background=shipping,
+        tls=settings.tls,
         authenticator=authenticator_for(
             make_sessions(engine),
             [query_service_pb2.DESCRIPTOR.services_by_name["QueryService"]],

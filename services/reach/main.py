@@ -105,6 +105,7 @@ async def _run(settings: Settings, config: ReachConfig, channels: dict[str, Chan
         limiter=RequestLimiter(settings.limits),
         audit=auditor,
         background=shipping,
+        tls=settings.tls,
     )
 
 

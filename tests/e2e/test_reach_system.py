@@ -123,6 +123,7 @@ action_types = ["assign"]
 idempotency_params = ["ticket"]
 [channels.rpc.grpc]
 target = "{rx["grpc"].target}"
+tls = false  # the test server speaks plain text
 method = "/peer.v1.Tickets/Assign"
 idempotency_metadata = true
 timeout_s = 1.5

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from services.common.config_errors import ConfigError
+from services.common.tls import TlsFiles
 from services.reach.channels import (
     EmailChannel,
     EmailOptions,
@@ -57,7 +58,11 @@ def test_each_kind_builds_its_channel_with_the_defaults() -> None:
         message_id_domain="reachstore.local",
     )
     assert rpc.options == GrpcOptions(
-        target=RPC["target"], method=RPC["method"], timeout_s=8.0, idempotency_metadata=False
+        target=RPC["target"],
+        method=RPC["method"],
+        timeout_s=8.0,
+        idempotency_metadata=False,
+        tls=TlsFiles(system_trust=True),  # TLS unless told otherwise, the system's trust
     )
 
 
