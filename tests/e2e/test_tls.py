@@ -271,3 +271,39 @@ def test_grpc_channel_level_check_of_the_query_port(
             health_pb2.HealthCheckRequest(), timeout=5
         )
         assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+@pytest.fixture(scope="module")
+def partialquery(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The Go client's example command, built from clients/go (`make go-install` puts the
+    toolchain in place; `make test` does so first)."""
+    out = tmp_path_factory.mktemp("go") / "partialquery"
+    subprocess.run(
+        ["bash", str(ROOT / "scripts" / "go_client.sh"), "build", str(out)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    return out
+
+
+def test_the_go_client_speaks_tls_to_the_query_service(
+    tls_system: RunningSystem, certs: CertSet, partialquery: Path
+) -> None:
+    address = ["-addr", f"127.0.0.1:{tls_system.grpc_port_base}", "-namespaces", "demo"]
+
+    def run(*flags: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(partialquery), *address, "-timeout", "5s", *flags],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+
+    trusted = run("-tls-ca", certs.ca)
+    assert trusted.returncode == 0, trusted.stderr
+    assert "coverage 1.00: 1 of 1 namespaces answered" in trusted.stdout
+    for flags in ((), ("-tls-ca", certs.path("other-ca.pem")), ("-tls",)):
+        refused = run(*flags)
+        assert refused.returncode == 1, (flags, refused.stdout)
+        assert "coverage" not in refused.stdout
