@@ -56,7 +56,7 @@ async def _run(settings: Settings, config: ReachConfig, channels: dict[str, Chan
     metrics = ReachMetrics()
     metrics.count_states_from(store.count_by_state)
     if settings.metrics_listen:
-        metrics.serve(settings.metrics_listen)
+        metrics.serve(settings.metrics_listen, settings.http_allowed_hosts)
     changes = TaskChanges()
     executor = Executor(
         store,
