@@ -8,6 +8,7 @@ status with a request id instead of a stack trace on the wire.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import dataclasses
 import logging
@@ -129,6 +130,13 @@ def _wrap_unary(
             await abort_with(context, exc)
         except grpc.aio.AbortError:
             raise
+        except asyncio.CancelledError:
+            # The caller gave up (its deadline ran out, or it cancelled) while the call was
+            # under way, perhaps after a change had reached the outside world: the trail
+            # must still say how the call ended.
+            if audited is not None:
+                await _end_abandoned(audited, context)
+            raise
         except Exception as exc:  # noqa: BLE001 - the one place unexpected errors end
             if database_errors.is_transient(exc):
                 log.warning("database unavailable in %s: %s", method, type(exc).__name__)
@@ -169,6 +177,20 @@ async def _end_unrecorded(audited: AuditedCall | None, status: grpc.StatusCode, 
         if not database_errors.is_transient(exc):
             raise
         log.warning("audit event of a failed call not written: %s", type(exc).__name__)
+
+
+async def _end_abandoned(audited: AuditedCall, context: grpc.aio.ServicerContext) -> None:
+    remaining = context.time_remaining()
+    ran_out = remaining is not None and remaining <= 0
+    status = grpc.StatusCode.DEADLINE_EXCEEDED if ran_out else grpc.StatusCode.CANCELLED
+    try:
+        # The event is written on a worker thread, which a second cancellation of this task
+        # does not stop: the write completes even if this await is cut short.
+        await audited.end(status, status.name, "timeout" if ran_out else "transient")
+    except asyncio.CancelledError:
+        pass
+    except Exception as exc:  # noqa: BLE001 - the cancellation must still propagate
+        log.warning("audit event of an abandoned call not written: %s", type(exc).__name__)
 
 
 def _check_rate(limiter: RequestLimiter, who: Caller, scope: str) -> None:
