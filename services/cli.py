@@ -54,6 +54,7 @@ from services.common.tls import (
     secure_channel,
 )
 from services.reach.config import load_config
+from services.reach.idempotency import previous_secrets
 from services.reach.main import build_channels
 from services.storage.engine import init_schema, make_engine, make_sessions
 from services.storage.keys import KeySpec, KeyStore
@@ -321,6 +322,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         settings = Settings.from_env(env)  # fails fast on a bad setting, before anything starts
         build_channels(load_config(settings.reach_config))
         masker_from_env(env)
+        previous_secrets(env)
     except ConfigError as exc:
         _fail(f"bad setting: {exc}")
         return 2

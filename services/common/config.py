@@ -75,8 +75,16 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
     ),
     "REACHSTORE_PII_SECRET": (
         "",
-        "Secret (16+ bytes) that keys PII masking so equal values mask alike across "
-        "processes and restarts. Empty: `up` keeps one in the data folder.",
+        "Secret (16+ bytes) that keys PII masking and the hashes of the entity and "
+        "parameters in reach's idempotency keys, so equal values mask alike and the same "
+        "intent keys alike across processes and restarts. Required by reach; empty: `up` "
+        "keeps one in the data folder.",
+    ),
+    "REACHSTORE_PII_SECRET_PREVIOUS": (
+        "",
+        "Earlier values of REACHSTORE_PII_SECRET, comma-separated, newest first: reach still "
+        "finds actions reserved under their keys (a re-submission after a rotation is not a "
+        "new action). Keep them for the longest idempotency window in use.",
     ),
     "REACHSTORE_METRICS_LISTEN": (
         "",
