@@ -123,6 +123,16 @@ def test_secrets_stay_out_of_reprs() -> None:
         ("webhook", {"url": "ftp://files.example.com/x"}, f"{WHERE}.url: must be an http"),
         ("webhook", {"url": "not a url"}, f"{WHERE}.url:"),
         ("webhook", {**HOOK, "token_env": "UNSET"}, "token_env: environment variable UNSET is not"),
+        (
+            "webhook",
+            {**HOOK, "url": "http://hooks.example.com/t", "token_env": "TOKEN"},
+            f"{WHERE}.url: must be https:// with token_env set",
+        ),
+        (
+            "webhook",
+            {**HOOK, "status_url": "http://10.0.0.5/t/{external_id}", "token_env": "TOKEN"},
+            f"{WHERE}.status_url: must be https:// with token_env set",
+        ),
         ("webhook", {**HOOK, "token_env": "EMPTY"}, "token_env: environment variable EMPTY is emp"),
         ("webhook", {**HOOK, "token_env": "s3cret value"}, "token_env: must name an environment"),
         ("webhook", {**HOOK, "status_url": HOOK["url"]}, "status_url: must contain {external_id}"),
