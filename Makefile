@@ -28,7 +28,7 @@ up: install
 
 ## Install what the tests need and run the whole suite. pytest's exit 5 (no test
 ## collected) counts as a failure.
-test: install-test browser-install faults-install
+test: install-test browser-install faults-install go-install
 	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
 	$(MAKE) ts-test

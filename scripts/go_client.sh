@@ -7,6 +7,7 @@
 # Usage: scripts/go_client.sh install    apt-get install the toolchain, only if something is missing
 #        scripts/go_client.sh generate   regenerate clients/go/gen from the protos
 #        scripts/go_client.sh check      fail on drift in clients/go/gen, then build and vet
+#        scripts/go_client.sh build OUT  build cmd/partialquery into OUT
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 client=$root/clients/go
@@ -83,6 +84,41 @@ cmd_generate() {
   echo "generated $(find "$client/gen" -name '*.go' | wc -l) Go files into clients/go/gen"
 }
 
+# Relative patterns from inside the link: `go` does not follow a symlink when expanding
+# github.com/reachstore/reachstore/..., but still names these packages by that path.
+PKGS=(./gen/go/... ./cmd/...)
+
+# in_gopath TMP CMD...: runs CMD in GOPATH mode, which wants the code at src/<import path>:
+# a throwaway GOPATH under TMP whose github.com/reachstore/reachstore is a link to
+# clients/go, followed by Debian's tree for every dependency. GOFLAGS is cleared so a
+# developer's -mod=mod cannot get in the way, and the build cache is private so nothing is
+# left behind.
+in_gopath() {
+  local tmp=$1
+  shift
+  if [ ! -e "$tmp/gopath/src/$module" ]; then
+    mkdir -p "$tmp/gopath/src/$(dirname "$module")"
+    ln -s "$client" "$tmp/gopath/src/$module"
+  fi
+  (
+    cd "$tmp/gopath/src/$module"
+    export GOPATH="$tmp/gopath:$gocode" GO111MODULE=off GOCACHE="$tmp/cache" GOFLAGS=
+    "$@"
+  )
+}
+
+# Builds cmd/partialquery into OUT (the tests run it against a real system).
+cmd_build() {
+  require_tools
+  local out
+  out=$(realpath -m "$1")
+  local tmp
+  tmp=$(mktemp -d)
+  # shellcheck disable=SC2064  # expand now: $tmp is local to this function
+  trap "rm -rf '$tmp'" EXIT
+  in_gopath "$tmp" go build -o "$out" ./cmd/partialquery
+}
+
 cmd_check() {
   require_tools
   local tmp
@@ -99,21 +135,8 @@ cmd_check() {
     exit 1
   fi
 
-  # GOPATH mode wants the code at src/<import path>: a throwaway GOPATH whose
-  # github.com/reachstore/reachstore is a link to clients/go, followed by Debian's tree for
-  # every dependency. GOFLAGS is cleared so a developer's -mod=mod cannot get in the way, and
-  # the build cache is private so the check leaves nothing behind.
-  mkdir -p "$tmp/gopath/src/$(dirname "$module")"
-  ln -s "$client" "$tmp/gopath/src/$module"
-  # Relative patterns from inside the link: `go` does not follow a symlink when expanding
-  # github.com/reachstore/reachstore/..., but still names these packages by that path.
-  local pkgs=(./gen/go/... ./cmd/...)
-  (
-    cd "$tmp/gopath/src/$module"
-    export GOPATH="$tmp/gopath:$gocode" GO111MODULE=off GOCACHE="$tmp/cache" GOFLAGS=
-    go build "${pkgs[@]}"
-    go vet "${pkgs[@]}"
-  )
+  in_gopath "$tmp" go build "${PKGS[@]}"
+  in_gopath "$tmp" go vet "${PKGS[@]}"
   echo "Go client builds and vets: $(cd "$client" && find gen/go -name '*.pb.go' | wc -l) generated files, cmd/partialquery"
 }
 
@@ -121,8 +144,9 @@ case ${1:-} in
   install) cmd_install ;;
   generate) cmd_generate ;;
   check) cmd_check ;;
+  build) cmd_build "${2:?usage: $0 build OUT}" ;;
   *)
-    echo "usage: $0 install|generate|check" >&2
+    echo "usage: $0 install|generate|check|build OUT" >&2
     exit 2
     ;;
 esac

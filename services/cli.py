@@ -19,6 +19,7 @@ import ipaddress
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -43,7 +44,18 @@ from services.common.config import ConfigError, Settings
 from services.common.kept_audit_keys import keep_audit_keys
 from services.common.kept_secrets import KEPT_SECRETS, kept_secret
 from services.common.pii import masker_from_env
+from services.common.tls import (
+    CA_FILE,
+    CERT_FILE,
+    CLIENT_AUTH,
+    CLIENT_AUTH_MODES,
+    KEY_FILE,
+    SERVER_NAME,
+    TlsFiles,
+    secure_channel,
+)
 from services.reach.config import load_config
+from services.reach.idempotency import previous_secrets
 from services.reach.main import build_channels
 from services.storage.engine import init_schema, make_engine, make_sessions
 from services.storage.keys import KeySpec, KeyStore
@@ -118,8 +130,8 @@ class _System:
                 process.wait()
 
 
-def _wait_grpc_healthy(address: str, system: _System, deadline: float) -> None:
-    with grpc.insecure_channel(address) as channel:
+def _wait_grpc_healthy(address: str, system: _System, deadline: float, tls: TlsFiles) -> None:
+    with secure_channel(address, tls) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while time.monotonic() < deadline:
             if system.dead():
@@ -134,16 +146,21 @@ def _wait_grpc_healthy(address: str, system: _System, deadline: float) -> None:
     raise RuntimeError(f"{address} did not become healthy in {READY_TIMEOUT_SECONDS:.0f}s")
 
 
-def _wait_http_healthy(url: str, system: _System, deadline: float) -> None:
-    while time.monotonic() < deadline:
-        if system.dead():
-            raise RuntimeError(f"{', '.join(system.dead())} exited during start-up")
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
+def _wait_http_healthy(url: str, system: _System, deadline: float, tls: TlsFiles) -> None:
+    verify: ssl.SSLContext | bool = tls.client_ssl_context() if tls.serving else True
+    # The bridge's certificate names the host callers use, which the override gives
+    # when components reach each other by another address.
+    extensions = {"sni_hostname": tls.server_name} if tls.serving and tls.server_name else {}
+    with httpx.Client(verify=verify, timeout=1.0) as http:
+        while time.monotonic() < deadline:
+            if system.dead():
+                raise RuntimeError(f"{', '.join(system.dead())} exited during start-up")
+            try:
+                if http.get(f"{url}/healthz", extensions=extensions).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
     raise RuntimeError(f"{url} did not become healthy in {READY_TIMEOUT_SECONDS:.0f}s")
 
 
@@ -172,10 +189,12 @@ def _seeding_credentials(settings: Settings) -> Iterator[list[tuple[str, str]]]:
         engine.dispose()
 
 
-def _seed_demo(ingest_addr: str, deadline: float, metadata: list[tuple[str, str]]) -> None:
+def _seed_demo(
+    ingest_addr: str, deadline: float, metadata: list[tuple[str, str]], tls: TlsFiles
+) -> None:
     """Creates the demo namespace and document unless they exist, and waits until the
     document is searchable."""
-    with grpc.insecure_channel(ingest_addr) as channel:
+    with secure_channel(ingest_addr, tls) as channel:
         stub = ingest_grpc.IngestServiceStub(channel)
         try:
             stub.CreateNamespace(
@@ -250,6 +269,16 @@ def up_ingest_name(data_dir: Path) -> str:
     return f"{socket.gethostname()[:20]}-ingest-{folder}"
 
 
+# `up`'s TLS options -> the settings they set for every component.
+UP_TLS_FLAGS = {
+    "tls_cert": CERT_FILE,
+    "tls_key": KEY_FILE,
+    "tls_ca": CA_FILE,
+    "tls_client_auth": CLIENT_AUTH,
+    "tls_server_name": SERVER_NAME,
+}
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     data_dir = Path(args.data_dir).resolve()
     metrics_port = (
@@ -280,10 +309,21 @@ def cmd_up(args: argparse.Namespace) -> int:
         env["REACHSTORE_DATABASE_URL"] = args.database_url
     if args.reach_config:
         env["REACHSTORE_REACH_CONFIG"] = str(Path(args.reach_config).resolve())
+    for flag, variable in UP_TLS_FLAGS.items():
+        value = getattr(args, flag)
+        if value:
+            # Paths are made absolute: the components run in the data folder's parent too,
+            # but an operator's relative path means the folder `up` was started from.
+            env[variable] = (
+                value
+                if flag in ("tls_client_auth", "tls_server_name")
+                else str(Path(value).resolve())
+            )
     try:
         settings = Settings.from_env(env)  # fails fast on a bad setting, before anything starts
         build_channels(load_config(settings.reach_config))
         masker_from_env(env)
+        previous_secrets(env)
     except ConfigError as exc:
         _fail(f"bad setting: {exc}")
         return 2
@@ -302,6 +342,14 @@ def cmd_up(args: argparse.Namespace) -> int:
             "and create keys with `reachstore keys create`, or listen on 127.0.0.1."
         )
         return 2
+    if not _is_loopback(args.host) and not settings.tls.serving and not args.insecure:
+        _fail(
+            f"refusing to listen on {args.host} without TLS: API keys and everything else "
+            "would cross the network in plain text. Give --tls-cert and --tls-key (or "
+            f"{CERT_FILE} and {KEY_FILE}), or --insecure if a network layer of your "
+            "own encrypts the traffic."
+        )
+        return 2
     # The schema is created once here, so the services never race to create it.
     engine = make_engine(settings.database_url)
     init_schema(engine)
@@ -312,7 +360,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    url = f"http://{args.host}:{args.http_port}"
+    scheme = "https" if settings.tls.serving else "http"
+    url = f"{scheme}://{_url_host(args.host)}:{args.http_port}"
     try:
         for name in COMPONENT_PORT_OFFSETS:
             component_env = {**env, "REACHSTORE_LISTEN": addr[name]}
@@ -330,10 +379,10 @@ def cmd_up(args: argparse.Namespace) -> int:
         )
         deadline = time.monotonic() + READY_TIMEOUT_SECONDS
         for name in COMPONENT_PORT_OFFSETS:
-            _wait_grpc_healthy(addr[name], system, deadline)
-        _wait_http_healthy(url, system, deadline)
+            _wait_grpc_healthy(addr[name], system, deadline, settings.tls)
+        _wait_http_healthy(url, system, deadline, settings.tls)
         with _seeding_credentials(settings) as metadata:
-            _seed_demo(addr["ingest"], deadline, metadata)
+            _seed_demo(addr["ingest"], deadline, metadata, settings.tls)
     except (RuntimeError, grpc.RpcError) as exc:
         _fail(f"start-up failed: {exc}")
         system.stop()
@@ -349,6 +398,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     system.stop()
     _revoke(settings, shipper_key)
     return 0
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
 
 
 def _is_loopback(host: str) -> bool:
@@ -402,6 +455,36 @@ def build_parser() -> argparse.ArgumentParser:
         "--require-keys",
         action="store_true",
         help="every call must present an API key; needed to listen beyond loopback",
+    )
+    up.add_argument(
+        "--tls-cert",
+        default=None,
+        help=f"PEM certificate every component serves TLS with ({CERT_FILE}); its names "
+        "must cover --host, or --tls-server-name",
+    )
+    up.add_argument("--tls-key", default=None, help=f"its PEM private key ({KEY_FILE})")
+    up.add_argument(
+        "--tls-ca",
+        default=None,
+        help=f"PEM authorities the components check each other's certificates against "
+        f"({CA_FILE}; default: the system's)",
+    )
+    up.add_argument(
+        "--tls-client-auth",
+        choices=CLIENT_AUTH_MODES,
+        default=None,
+        help="require: the gRPC ports accept only callers with a certificate signed by "
+        "--tls-ca (mutual TLS)",
+    )
+    up.add_argument(
+        "--tls-server-name",
+        default=None,
+        help="the name the components expect on each other's certificates, when it is not --host",
+    )
+    up.add_argument(
+        "--insecure",
+        action="store_true",
+        help="listen beyond loopback without TLS (only where the network itself is encrypted)",
     )
     up.add_argument(
         "--database-url",

@@ -70,6 +70,7 @@ async def _run(settings: Settings, key: PrivateKey, witnesses: list[Witness]) ->
         on_stop=engine.dispose,
         authenticator=authenticator_for(sessions, [SERVICE], settings.require_keys),
         limiter=RequestLimiter(settings.limits),
+        tls=settings.tls,
     )
 
 

@@ -42,6 +42,7 @@ from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
 from services.audit.outbox import storable_text
 from services.common import database_errors, errors
 from services.common.channels import grpc_target, service_config
+from services.common.tls import PLAIN, TlsFiles, secure_aio_channel
 from services.storage.audit_models import AuditOutboxRow
 
 AUDIT_SERVICE = pb.DESCRIPTOR.services_by_name["AuditService"]
@@ -118,6 +119,7 @@ class Shipper:
         services: Sequence[str],
         audit_addr: str,
         api_key: str = "",
+        tls: TlsFiles = PLAIN,
         rng: random.Random | None = None,
     ) -> None:
         self._sessions = sessions
@@ -125,6 +127,7 @@ class Shipper:
         self._addr = audit_addr
         self._metadata = [("authorization", f"Bearer {api_key}")] if api_key else []
         self._rng = rng or random.Random()
+        self._tls = tls
 
     async def run(self) -> None:
         """Ships until cancelled; what is not shipped stays in the outbox. Neither the audit
@@ -133,7 +136,7 @@ class Shipper:
         # Several audit replicas may be listed; calls are balanced over them.
         target = grpc_target(self._addr, "REACHSTORE_AUDIT_ADDR")
         options = [("grpc.service_config", service_config([AUDIT_SERVICE]))]
-        async with grpc.aio.insecure_channel(target, options=options) as channel:
+        async with secure_aio_channel(target, self._tls, options) as channel:
             stub = pb_grpc.AuditServiceStub(channel)
             failures = 0
             while True:

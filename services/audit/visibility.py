@@ -8,8 +8,9 @@ every tenant's). A restricted key reads only
 - events shown to be about what it may see: the event names at least one namespace or
   channel, each namespace inside the key's grants, each channel inside its allow-list.
 
-Everything else — key management, calls that name only an id, anything whose subject
-cannot be read off its parameters — is hidden, and a hidden event is answered exactly as
+Everything else — key management (whose ``namespaces`` and ``channels`` are the grants
+of a key, not its subject), calls that name only an id, anything whose subject cannot be
+read off its parameters — is hidden, and a hidden event is answered exactly as
 a missing one. The rule errs towards hiding: an event cannot leak what it does not show.
 
 What an event names is read from its (masked) parameters:
@@ -36,6 +37,10 @@ from services.common.auth import Caller
 from services.storage.audit_models import AuditEventRow
 
 _NAMESPACE_CALLS = frozenset({"CreateNamespace", "GetNamespace", "DeleteNamespace"})
+# Services whose calls are never about a namespace or channel, even when their parameters
+# name some: a key's ``namespaces`` and ``channels`` are the grants it is given, and who
+# holds which grants is key management, which restricted keys do not see.
+_UNATTRIBUTABLE_SERVICES = frozenset({"admin"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +53,8 @@ class Subject:
 
 
 def subject_of(service: str, method: str, params: Mapping[str, Any]) -> Subject:
+    if service in _UNATTRIBUTABLE_SERVICES:
+        return Subject(opaque=True)
     namespaces: list[Any] = []
     channels: list[Any] = []
     if "namespace" in params:

@@ -24,6 +24,8 @@ def auditing(
     auditor = CallAuditor(sessions, masker, settings.audit_reads)
     background: list[Callable[[], Coroutine[Any, Any, None]]] = []
     if settings.audit_addr:
-        shipper = Shipper(sessions, services, settings.audit_addr, settings.audit_shipper_key)
+        shipper = Shipper(
+            sessions, services, settings.audit_addr, settings.audit_shipper_key, settings.tls
+        )
         background.append(shipper.run)
     return auditor, background, masker

@@ -229,7 +229,7 @@ def create_app(
 ) -> Starlette:
     """The bridge app. ``channels`` (service full name -> channel) replace the channels the
     app would open from ``settings``; the caller keeps ownership of them."""
-    backends = Backends(backend_addresses(settings), channels)
+    backends = Backends(backend_addresses(settings), channels, settings.tls)
     bridge = Bridge(
         RouteTable(services),
         backends,

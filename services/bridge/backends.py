@@ -27,6 +27,7 @@ from services.bridge.routes import Route
 from services.common.channels import grpc_target, service_config
 from services.common.config import Settings
 from services.common.grpc_server import GRPC_OPTIONS
+from services.common.tls import PLAIN, TlsFiles, secure_aio_channel
 
 QUERY_SERVICE = query_service_pb2.DESCRIPTOR.services_by_name["QueryService"]
 INGEST_SERVICE = ingest_service_pb2.DESCRIPTOR.services_by_name["IngestService"]
@@ -72,8 +73,10 @@ class Backends:
         self,
         addresses: Mapping[str, str],
         channels: Mapping[str, grpc.aio.Channel] | None = None,
+        tls: TlsFiles = PLAIN,
     ) -> None:
         self._addresses = dict(addresses)
+        self._tls = tls
         self._given = dict(channels or {})  # owned by the caller: never closed here
         self._owned: dict[str, grpc.aio.Channel] = {}
         self._callables: dict[tuple[int, str], Callable[..., Any]] = {}
@@ -92,7 +95,7 @@ class Backends:
                 if addr == address and name in DESCRIPTORS
             ]
             options = [*GRPC_OPTIONS, ("grpc.service_config", service_config(hosted))]
-            channel = grpc.aio.insecure_channel(grpc_target(address), options=options)
+            channel = secure_aio_channel(grpc_target(address), self._tls, options)
             self._owned[address] = channel
         return channel
 

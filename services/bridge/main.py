@@ -56,9 +56,12 @@ def uvicorn_config(
     app: Any, sock: socket.socket, settings: Settings | None = None
 ) -> uvicorn.Config:
     """uvicorn's httptools server with the slow-client guard (``slow_clients.py``): request
-    deadlines and a connection cap from ``settings`` (their defaults without)."""
+    deadlines and a connection cap from ``settings`` (their defaults without), over TLS
+    when the settings carry a certificate. HTTP callers are not asked for a certificate:
+    they prove who they are with API keys (``services/common/tls.py``)."""
     host, port = sock.getsockname()[:2]
     defaults = GuardedHttpProtocol
+    tls = settings.tls if settings else None
     protocol = guarded_protocol(
         settings.http_head_timeout_s if settings else defaults.head_timeout_s,
         settings.http_body_timeout_s if settings else defaults.body_timeout_s,
@@ -74,6 +77,8 @@ def uvicorn_config(
         access_log=False,
         lifespan="on",
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+        ssl_certfile=tls.cert_path if tls and tls.serving else None,
+        ssl_keyfile=tls.key_path if tls and tls.serving else None,
     )
 
 
@@ -84,9 +89,10 @@ async def serve(settings: Settings) -> None:
     host, port = sock.getsockname()[:2]
     # Tools (and tests) read this line to learn the port when REACHSTORE_LISTEN ends in :0.
     log.info(
-        "bridge listening on %s:%d (query=%s ingest=%s reach=%s)",
+        "bridge listening on %s:%d (%s; query=%s ingest=%s reach=%s)",
         host,
         port,
+        "https" if settings.tls.serving else "http",
         settings.query_addr,
         settings.ingest_addr,
         settings.reach_addr,

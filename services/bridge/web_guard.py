@@ -24,7 +24,6 @@ hold no data and change nothing.
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import urllib.parse
 import uuid
 from collections.abc import Iterable
@@ -34,39 +33,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from services.bridge import error_responses
 from services.common import errors
+from services.common.hosts import LOOPBACK_HOSTS, host_name, listen_host
 
-LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
-
-
-def _host_name(authority: str) -> str | None:
-    """The host of a ``Host`` header (``name``, ``name:port``, ``[v6]:port``), lowercased;
-    None when it is not of that form."""
-    text = authority.strip().lower()
-    if text.startswith("["):
-        end = text.find("]")
-        if end < 0:
-            return None
-        name, port = text[: end + 1], text[end + 1 :]
-    else:
-        name, colon, rest = text.partition(":")
-        port = colon + rest
-    if port and not (port.startswith(":") and port[1:].isdigit()):
-        return None
-    return name or None
-
-
-def listen_host(listen: str) -> str | None:
-    """The host of the bridge's listen address, when it is one machine address (not a
-    wildcard such as 0.0.0.0): requests naming it are the bridge's own."""
-    host = listen.rpartition(":")[0].strip("[]").lower()
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return host or None
-    if address.is_unspecified:
-        return None
-    return f"[{address}]" if address.version == 6 else str(address)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,7 +57,7 @@ class WebGuard:
         if path in OPEN_PATHS:
             return None
         authority = headers.get("host", "")
-        name = _host_name(authority)
+        name = host_name(authority)
         if "*" not in self.hosts and (name is None or name not in self.hosts):
             return errors.ReachstoreError(
                 errors.HOST_NOT_ALLOWED,

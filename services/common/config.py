@@ -17,6 +17,8 @@ from pathlib import Path
 from services.common.channels import split_addresses
 from services.common.config_errors import ConfigError
 from services.common.limits import Limits
+from services.common.tls import ENVIRONMENT as TLS_ENVIRONMENT
+from services.common.tls import PLAIN, TlsFiles, tls_from_env
 
 __all__ = ["ENVIRONMENT", "ConfigError", "Settings"]
 
@@ -108,8 +110,16 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
     ),
     "REACHSTORE_PII_SECRET": (
         "",
-        "Secret (16+ bytes) that keys PII masking so equal values mask alike across "
-        "processes and restarts. Empty: `up` keeps one in the data folder.",
+        "Secret (16+ bytes) that keys PII masking and the hashes of the entity and "
+        "parameters in reach's idempotency keys, so equal values mask alike and the same "
+        "intent keys alike across processes and restarts. Required by reach; empty: `up` "
+        "keeps one in the data folder.",
+    ),
+    "REACHSTORE_PII_SECRET_PREVIOUS": (
+        "",
+        "Earlier values of REACHSTORE_PII_SECRET, comma-separated, newest first: reach still "
+        "finds actions reserved under their keys (a re-submission after a rotation is not a "
+        "new action). Keep them for the longest idempotency window in use.",
     ),
     "REACHSTORE_METRICS_LISTEN": (
         "",
@@ -177,6 +187,7 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
         "Bridge: open HTTP connections it serves at once; a request on a connection beyond "
         "them gets 503 TOO_MANY_CONNECTIONS and the connection closes.",
     ),
+    **TLS_ENVIRONMENT,
 }
 
 
@@ -321,6 +332,7 @@ class Settings:
     ingest_heartbeat_s: float = 10.0
     http_allowed_hosts: tuple[str, ...] = ()
     http_allowed_origins: tuple[str, ...] = ()
+    tls: TlsFiles = PLAIN
 
     @classmethod
     def from_env(
@@ -380,4 +392,5 @@ class Settings:
             ingest_heartbeat_s=ingest_heartbeat_s,
             http_allowed_hosts=_hosts(env, require_keys),
             http_allowed_origins=_origins(env),
+            tls=tls_from_env(env),
         )

@@ -8,6 +8,7 @@ status with a request id instead of a stack trace on the wire.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import dataclasses
 import logging
@@ -26,6 +27,7 @@ from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
 from services.common import database_errors, errors, identity, limits, nul_strings, wire
 from services.common.auth import Authenticator, Caller
 from services.common.limits import CallKind, RequestLimiter
+from services.common.tls import PLAIN, TlsFiles
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +130,13 @@ def _wrap_unary(
             await abort_with(context, exc)
         except grpc.aio.AbortError:
             raise
+        except asyncio.CancelledError:
+            # The caller gave up (its deadline ran out, or it cancelled) while the call was
+            # under way, perhaps after a change had reached the outside world: the trail
+            # must still say how the call ended.
+            if audited is not None:
+                await _end_abandoned(audited, context)
+            raise
         except Exception as exc:  # noqa: BLE001 - the one place unexpected errors end
             if database_errors.is_transient(exc):
                 log.warning("database unavailable in %s: %s", method, type(exc).__name__)
@@ -168,6 +177,20 @@ async def _end_unrecorded(audited: AuditedCall | None, status: grpc.StatusCode, 
         if not database_errors.is_transient(exc):
             raise
         log.warning("audit event of a failed call not written: %s", type(exc).__name__)
+
+
+async def _end_abandoned(audited: AuditedCall, context: grpc.aio.ServicerContext) -> None:
+    remaining = context.time_remaining()
+    ran_out = remaining is not None and remaining <= 0
+    status = grpc.StatusCode.DEADLINE_EXCEEDED if ran_out else grpc.StatusCode.CANCELLED
+    try:
+        # The event is written on a worker thread, which a second cancellation of this task
+        # does not stop: the write completes even if this await is cut short.
+        await audited.end(status, status.name, "timeout" if ran_out else "transient")
+    except asyncio.CancelledError:
+        pass
+    except Exception as exc:  # noqa: BLE001 - the cancellation must still propagate
+        log.warning("audit event of an abandoned call not written: %s", type(exc).__name__)
 
 
 def _check_rate(limiter: RequestLimiter, who: Caller, scope: str) -> None:
@@ -253,11 +276,13 @@ def create_server(
     authenticator: Authenticator | None = None,
     limiter: RequestLimiter | None = None,
     audit: CallAudit | None = None,
+    tls: TlsFiles = PLAIN,
 ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
     """Builds a server with our services, health and reflection, bound to ``address``.
 
     Returns the server (not started), the bound port (useful with ``host:0``) and the
-    health servicer so the caller can flip serving states.
+    health servicer so the caller can flip serving states. With ``tls`` serving, the port
+    speaks TLS only (and asks callers for a certificate when ``tls`` says so).
     """
     server = grpc.aio.server(
         interceptors=[_CallGuard(Guards(authenticator, limiter, audit))], options=GRPC_OPTIONS
@@ -275,7 +300,11 @@ def create_server(
         ],
         server,
     )
-    port = server.add_insecure_port(address)
+    credentials = tls.server_credentials()
+    if credentials is None:
+        port = server.add_insecure_port(address)
+    else:
+        port = server.add_secure_port(address, credentials)
     if port == 0:
         raise RuntimeError(f"could not bind gRPC server to {address}")
     return server, port, health_servicer

@@ -29,7 +29,8 @@ whatever its type (null and true/false excepted: they say nothing). A field name
 on "_", "-", ".", spaces and camelCase boundaries; it is sensitive when a part is one of
 ``SENSITIVE_WORDS`` (address, name, token, password, secret, authorization, phone,
 mobile, email, ...) or two neighbouring parts form one of ``SENSITIVE_PAIRS`` (api key,
-id card, id number, ...), unless the whole name is in ``NOT_PERSONAL``, our own
+id card, id number, entity id: a reach task's business entity is often a customer's
+e-mail, phone or name, ...), unless the whole name is in ``NOT_PERSONAL``, our own
 ``*_name`` and paging fields (``channel_name``, ``page_token``, ...). So ``name``,
 ``full_name``, ``customerName`` and ``shipping-address`` are masked, ``channel_name`` and
 ``namespace`` are not. Chinese names are matched by the words in ``SENSITIVE_ZH``
@@ -78,7 +79,7 @@ SENSITIVE_WORDS = frozenset(
 SENSITIVE_PAIRS = frozenset(
     {
         ("api", "key"), ("access", "key"), ("private", "key"), ("id", "card"),
-        ("id", "number"), ("e", "mail"),
+        ("id", "number"), ("e", "mail"), ("entity", "id"),
     }
 )  # fmt: skip
 # Chinese field names are not split into words: these are looked for anywhere in a name.

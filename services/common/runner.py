@@ -11,6 +11,7 @@ from typing import Any
 from services.common.auth import Authenticator
 from services.common.grpc_server import CallAudit, Registrar, create_server, mark_serving
 from services.common.limits import RequestLimiter
+from services.common.tls import PLAIN, TlsFiles
 
 log = logging.getLogger(__name__)
 
@@ -29,17 +30,24 @@ async def serve(
     limiter: RequestLimiter | None = None,
     audit: CallAudit | None = None,
     background: Iterable[Callable[[], Coroutine[Any, Any, None]]] = (),
+    tls: TlsFiles = PLAIN,
 ) -> None:
     """Serves until a stop signal, then stops gracefully: no new calls, ``before_stop``
     (background work winds down), ``on_stop``. ``background`` coroutines (the audit
     shipper) run while it serves and are cancelled when it stops."""
     server, port, health_servicer = create_server(
-        registrars, service_names, address, authenticator, limiter, audit
+        registrars, service_names, address, authenticator, limiter, audit, tls
     )
     await server.start()
     tasks = [asyncio.create_task(work()) for work in background]
     await mark_serving(health_servicer, service_names)
-    log.info("%s serving on %s (port %d)", component, address, port)
+    log.info(
+        "%s serving on %s (port %d, %s)",
+        component,
+        address,
+        port,
+        "mutual TLS" if tls.client_auth else "TLS" if tls.serving else "plain text",
+    )
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

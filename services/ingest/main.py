@@ -71,6 +71,7 @@ def main() -> None:
             limiter=RequestLimiter(settings.limits),
             audit=auditor,
             background=shipping,
+            tls=settings.tls,
         )
     )
 

@@ -3,11 +3,12 @@ query service counts coverage and failed namespaces by category itself."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
+from services.common.metrics_http import serve_metrics
 
 
 class QueryMetrics:
@@ -50,7 +51,7 @@ class QueryMetrics:
             category = pf_pb2.Category.Name(failure.category).removeprefix("CATEGORY_").lower()
             self.namespace_failures.labels(category, failure.error_code).inc()
 
-    def serve(self, address: str) -> None:
-        """Exposes the metrics in Prometheus text format at http://address/metrics."""
-        host, _, port = address.rpartition(":")
-        start_http_server(int(port), addr=host, registry=self.registry)
+    def serve(self, address: str, allowed_hosts: Iterable[str] = ()) -> None:
+        """Exposes the metrics in Prometheus text format at http://address/metrics, to
+        the hosts ``services/common/metrics_http.py`` lets in."""
+        serve_metrics(address, self.registry, allowed_hosts)

@@ -6,8 +6,18 @@ covers only a declared whitelist of parameters, so a fresh trace id or a retry c
 request does not turn a resend into a new action; the window says how often the intent may
 legitimately recur ("remind this customer at most once a day" is window ``day``).
 
+The entity and the digest are keyed hashes (HMAC-SHA256 under the deployment's
+``REACHSTORE_PII_SECRET``, the secret that keys PII masking in ``services/common/pii.py``):
+an entity id is often personal data (an e-mail, a phone number, a name), and so are the
+keyed parameters, while a key is stored, shown in answers, written to the audit trail and
+sent to receivers. A plain hash would not do: a phone number is guessed by hashing every
+phone number. Every replica and every restart holds the same secret, so the same intent
+still gets the same key everywhere. ``KeySecrets`` also holds earlier secrets, whose keys
+are looked up (never minted) so that a rotation does not turn a re-submission into a new
+action (``look_up_keys``); see docs/SECURITY.md, "Idempotency keys".
+
 A key, once made, never changes: ``IdempotencyKey`` is frozen, and its text form is
-unambiguous (each free-text part is percent-encoded, so a ``/`` inside an entity id cannot
+unambiguous (the tenant and action type are percent-encoded, so a ``/`` inside one cannot
 make two different keys read alike) and parses back to the same key.
 """
 
@@ -16,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import hashlib
+import hmac
 import json
 import math
 import re
@@ -24,11 +35,22 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, unquote
 
+from services.common.config_errors import ConfigError
+from services.common.pii import MIN_SECRET_BYTES
+
 WINDOWS = ("none", "hour", "day", "week")
 
 DIGEST_CHARS = 16
+ENTITY_CHARS = 32
+# The entity part of a key: "e:" and hex. Before entities were hashed, the part was the
+# percent-encoded entity, where ":" is always "%3A": no older key has a part like this.
+ENTITY_PREFIX = "e:"
+
+SECRET_VARIABLE = "REACHSTORE_PII_SECRET"
+PREVIOUS_VARIABLE = "REACHSTORE_PII_SECRET_PREVIOUS"
 
 _DIGEST = re.compile(f"[0-9a-f]{{{DIGEST_CHARS}}}")
+_ENTITY = re.compile(f"{ENTITY_PREFIX}[0-9a-f]{{{ENTITY_CHARS}}}")
 _BUCKET = re.compile(r"-|\d{4}-\d\d-\d\dT\d\d|\d{4}-\d\d-\d\d|\d{4}-W\d\d", re.ASCII)
 # Marks a whitelisted path the parameters do not have: not ``null``, which is a value.
 _ABSENT = object()
@@ -55,8 +77,8 @@ def window_bucket(at: datetime.datetime, window: str) -> str:
     return f"{year:04d}-W{week:02d}"
 
 
-def params_digest(params: Mapping[str, Any], whitelist: Sequence[str]) -> str:
-    """The first 16 hex characters of the SHA-256 of the whitelisted parameters, canonically.
+def canonical_params(params: Mapping[str, Any], whitelist: Sequence[str]) -> str:
+    """The whitelisted parameters as canonical JSON, the text a key's digest is taken of.
 
     Each whitelist entry is a dotted path into nested objects (``recipient.email``); a path
     the parameters lack is left out, which differs from a path whose value is null. A path
@@ -79,10 +101,31 @@ def params_digest(params: Mapping[str, Any], whitelist: Sequence[str]) -> str:
                 picked[name] = value
     else:
         picked = canonical
-    text = json.dumps(
+    return json.dumps(
         picked, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
     )
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:DIGEST_CHARS]
+
+
+def params_digest(params: Mapping[str, Any], whitelist: Sequence[str], secret: bytes) -> str:
+    """The first 16 hex characters of HMAC-SHA256(secret, "reach-params" NUL canonical
+    parameters) (``canonical_params``). Keyed: the parameters that matter are often a phone
+    number or an e-mail address, which a plain hash would let anyone confirm by guessing."""
+    text = canonical_params(params, whitelist)
+    return _hmac(secret, "reach-params", text)[:DIGEST_CHARS]
+
+
+def entity_part(secret: bytes, tenant: str, entity_id: str) -> str:
+    """The entity as a key holds it: ``e:`` and the first 32 hex characters of
+    HMAC-SHA256(secret, "reach-entity" NUL tenant NUL entity id in NFC). 128 bits, so two
+    entities of a tenant never share a part; the tenant is in it, so one entity id in two
+    tenants does not read alike either."""
+    normalised = unicodedata.normalize("NFC", entity_id)
+    return ENTITY_PREFIX + _hmac(secret, "reach-entity", tenant, normalised)[:ENTITY_CHARS]
+
+
+def _hmac(secret: bytes, *parts: str) -> str:
+    # Tenants, entity ids and canonical JSON are printable: NUL cannot occur inside a part.
+    return hmac.new(secret, "\x00".join(parts).encode("utf-8"), hashlib.sha256).hexdigest()
 
 
 def _lookup(params: Mapping[str, Any], path: str) -> Any:
@@ -127,21 +170,29 @@ def _canonical(value: Any, path: str) -> Any:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class IdempotencyKey:
-    """One action's identity. ``window`` is the bucket from ``window_bucket`` (``-`` for
-    none). Text form: ``tenant/entity/action_type/digest/window``, free-text parts
-    percent-encoded."""
+    """One action's identity. ``entity`` is ``entity_part`` of the entity id (never the id
+    itself), ``digest`` that of ``params_digest``, ``window`` the bucket from
+    ``window_bucket`` (``-`` for none). Text form: ``tenant/entity/action_type/digest/window``,
+    the tenant and action type percent-encoded."""
 
     tenant: str
-    entity_id: str
+    entity: str
     action_type: str
     digest: str
     window: str
 
     def __post_init__(self) -> None:
-        for name in ("tenant", "entity_id", "action_type"):
+        for name in ("tenant", "action_type"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value:
                 raise ValueError(f"{name} must be a non-empty string, got {value!r}")
+        if not isinstance(self.entity, str) or not _ENTITY.fullmatch(self.entity):
+            raise ValueError(
+                f"entity must be {ENTITY_PREFIX!r} and {ENTITY_CHARS} lowercase hex digits "
+                "(entity_part of the entity id), got "
+                + (f"{len(self.entity)} characters" if isinstance(self.entity, str) else "a "
+                   + type(self.entity).__name__)
+            )  # fmt: skip
         if not isinstance(self.digest, str) or not _DIGEST.fullmatch(self.digest):
             raise ValueError(
                 f"digest must be {DIGEST_CHARS} lowercase hex digits, got {self.digest!r}"
@@ -150,8 +201,8 @@ class IdempotencyKey:
             raise ValueError(f"window must be a window bucket, got {self.window!r}")
 
     def __str__(self) -> str:
-        parts = (self.tenant, self.entity_id, self.action_type)
-        return "/".join([*(quote(part, safe="") for part in parts), self.digest, self.window])
+        tenant, action_type = (quote(part, safe="") for part in (self.tenant, self.action_type))
+        return "/".join([tenant, self.entity, action_type, self.digest, self.window])
 
     @classmethod
     def parse(cls, text: str) -> IdempotencyKey:
@@ -160,10 +211,10 @@ class IdempotencyKey:
         parts = text.split("/")
         if len(parts) != 5:
             raise ValueError(f"an idempotency key has 5 parts separated by '/', got {text!r}")
-        tenant, entity_id, action_type, digest, window = parts
+        tenant, entity, action_type, digest, window = parts
         key = cls(
             unquote(tenant, errors="strict"),
-            unquote(entity_id, errors="strict"),
+            entity,
             unquote(action_type, errors="strict"),
             digest,
             window,
@@ -173,7 +224,70 @@ class IdempotencyKey:
         return key
 
 
+class KeySecrets:
+    """The secret keys are made under, and earlier ones whose keys are still looked up.
+
+    Deployment-wide: every replica must hold the same ``current`` secret, or the same intent
+    gets two keys. ``previous`` lists secrets of before a rotation, newest first: a task
+    reserved under one of them is found again (``look_up_keys``), while new keys are made
+    under ``current`` only."""
+
+    def __init__(self, current: bytes, previous: Sequence[bytes] = ()) -> None:
+        for secret in (current, *previous):
+            if len(secret) < MIN_SECRET_BYTES:
+                raise ValueError(f"a key secret holds at least {MIN_SECRET_BYTES} bytes")
+        self.current = bytes(current)
+        self.previous = tuple(bytes(p) for p in previous if p != current)
+
+    def __repr__(self) -> str:
+        return f"KeySecrets(previous={len(self.previous)})"  # never the secrets
+
+
+def previous_secrets(env: Mapping[str, str]) -> tuple[bytes, ...]:
+    """``REACHSTORE_PII_SECRET_PREVIOUS``: earlier secrets, separated by commas, newest first
+    (empty: none). Each must be as long as the current secret must be; a ``ConfigError``
+    names the entry (never its value) otherwise."""
+    raw = env.get(PREVIOUS_VARIABLE, "")
+    if not raw.strip():
+        return ()
+    out = []
+    for number, entry in enumerate(raw.split(","), 1):
+        secret = entry.strip().encode()
+        if not secret:
+            raise ConfigError(
+                f"{PREVIOUS_VARIABLE} has an empty entry (number {number}); list earlier "
+                "secrets separated by commas"
+            )
+        if len(secret) < MIN_SECRET_BYTES:
+            raise ConfigError(
+                f"{PREVIOUS_VARIABLE} entry {number} must be at least {MIN_SECRET_BYTES} "
+                f"bytes, got {len(secret)}"
+            )
+        out.append(secret)
+    return tuple(out)
+
+
+def key_secrets_from_env(env: Mapping[str, str]) -> KeySecrets:
+    """The key secrets of this deployment: ``REACHSTORE_PII_SECRET`` (required: a secret
+    made up by each process would give the same intent another key on every replica and
+    after every restart) and ``REACHSTORE_PII_SECRET_PREVIOUS``."""
+    raw = env.get(SECRET_VARIABLE, "")
+    if not raw:
+        raise ConfigError(
+            f"{SECRET_VARIABLE} is required by reach: idempotency keys are keyed hashes under "
+            "it, and every replica and restart must make the same key for the same intent "
+            "(`reachstore up` keeps one in the data folder)"
+        )
+    current = raw.encode()
+    if len(current) < MIN_SECRET_BYTES:
+        raise ConfigError(
+            f"{SECRET_VARIABLE} must be at least {MIN_SECRET_BYTES} bytes, got {len(current)}"
+        )
+    return KeySecrets(current, previous_secrets(env))
+
+
 def build_key(
+    secret: bytes,
     tenant: str,
     entity_id: str,
     action_type: str,
@@ -183,11 +297,55 @@ def build_key(
     window: str,
 ) -> IdempotencyKey:
     """The key of ``action_type`` on ``entity_id`` for ``tenant`` with these parameters, in
-    the ``window`` (one of ``WINDOWS``) that ``at`` falls in."""
+    the ``window`` (one of ``WINDOWS``) that ``at`` falls in, made under ``secret``."""
     return IdempotencyKey(
         tenant,
-        unicodedata.normalize("NFC", entity_id),
+        entity_part(secret, tenant, entity_id),
         action_type,
-        params_digest(params, whitelist),
+        params_digest(params, whitelist, secret),
         window_bucket(at, window),
+    )
+
+
+def look_up_keys(
+    secrets: KeySecrets,
+    tenant: str,
+    entity_id: str,
+    action_type: str,
+    params: Mapping[str, Any],
+    whitelist: Sequence[str],
+    at: datetime.datetime,
+    window: str,
+) -> tuple[str, ...]:
+    """The other texts an earlier reservation of the same intent may be stored under: its
+    key under each previous secret, and its legacy form (``legacy_key``). Looked up at
+    reservation, never stored anew."""
+    earlier = [
+        str(build_key(old, tenant, entity_id, action_type, params, whitelist, at, window))
+        for old in secrets.previous
+    ]
+    return (*earlier, legacy_key(tenant, entity_id, action_type, params, whitelist, at, window))
+
+
+def legacy_key(
+    tenant: str,
+    entity_id: str,
+    action_type: str,
+    params: Mapping[str, Any],
+    whitelist: Sequence[str],
+    at: datetime.datetime,
+    window: str,
+) -> str:
+    """The key older releases stored for the same intent: the entity percent-encoded in
+    clear and a plain SHA-256 digest. Rows holding such keys stay as they are; a
+    re-submission of their intent must still find them (a ``none`` window lasts forever).
+    Only ever compared with stored keys, never stored or shown."""
+    text = canonical_params(params, whitelist)
+    parts = (tenant, unicodedata.normalize("NFC", entity_id), action_type)
+    return "/".join(
+        [
+            *(quote(part, safe="") for part in parts),
+            hashlib.sha256(text.encode("utf-8")).hexdigest()[:DIGEST_CHARS],
+            window_bucket(at, window),
+        ]
     )

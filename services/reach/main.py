@@ -21,6 +21,7 @@ from services.reach.channels import build_channel
 from services.reach.channels.base import SNIPPET_CHARS, Channel
 from services.reach.config import ReachConfig, check_channels, load_config
 from services.reach.executor import Executor
+from services.reach.idempotency import KeySecrets, key_secrets_from_env
 from services.reach.metrics import ReachMetrics
 from services.reach.policy.shared_bucket import shared_buckets
 from services.reach.store import ReachStore
@@ -43,7 +44,12 @@ def build_channels(config: ReachConfig) -> dict[str, Channel]:
     return channels
 
 
-async def _run(settings: Settings, config: ReachConfig, channels: dict[str, Channel]) -> None:
+async def _run(
+    settings: Settings,
+    config: ReachConfig,
+    channels: dict[str, Channel],
+    key_secrets: KeySecrets,
+) -> None:
     engine = make_engine(settings.database_url)
     init_schema(engine)
     sessions = make_sessions(engine)
@@ -56,7 +62,7 @@ async def _run(settings: Settings, config: ReachConfig, channels: dict[str, Chan
     metrics = ReachMetrics()
     metrics.count_states_from(store.count_by_state)
     if settings.metrics_listen:
-        metrics.serve(settings.metrics_listen)
+        metrics.serve(settings.metrics_listen, settings.http_allowed_hosts)
     changes = TaskChanges()
     executor = Executor(
         store,
@@ -79,6 +85,7 @@ async def _run(settings: Settings, config: ReachConfig, channels: dict[str, Chan
         executor.breakers,
         executor.wake,
         changes,
+        key_secrets=key_secrets,
         metrics=metrics,
         replica=settings.worker_id,
         masker=masker,
@@ -105,6 +112,7 @@ async def _run(settings: Settings, config: ReachConfig, channels: dict[str, Chan
         limiter=RequestLimiter(settings.limits),
         audit=auditor,
         background=shipping,
+        tls=settings.tls,
     )
 
 
@@ -114,8 +122,9 @@ def main() -> None:
     # Bad configuration stops the process before it serves anything (`up` reports it).
     config = load_config(settings.reach_config)
     channels = build_channels(config)
+    key_secrets = key_secrets_from_env(os.environ)
     log.info("reach: %d channel(s) configured: %s", len(channels), ", ".join(sorted(channels)))
-    asyncio.run(_run(settings, config, channels))
+    asyncio.run(_run(settings, config, channels, key_secrets))
 
 
 if __name__ == "__main__":

@@ -10,11 +10,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+from services.common.metrics_http import serve_metrics
 
 BREAKER_VALUES = {"closed": 0, "half_open": 1, "open": 2}
 
@@ -79,7 +81,7 @@ class ReachMetrics:
     def count_states_from(self, counts: Callable[[], dict[tuple[str, str], int]]) -> None:
         self.registry.register(_StateCounts(counts))
 
-    def serve(self, address: str) -> None:
-        """Exposes the metrics in Prometheus text format at http://address/metrics."""
-        host, _, port = address.rpartition(":")
-        start_http_server(int(port), addr=host, registry=self.registry)
+    def serve(self, address: str, allowed_hosts: Iterable[str] = ()) -> None:
+        """Exposes the metrics in Prometheus text format at http://address/metrics, to
+        the hosts ``services/common/metrics_http.py`` lets in."""
+        serve_metrics(address, self.registry, allowed_hosts)

@@ -4,7 +4,9 @@ A task is accepted whole or refused whole. Every action is checked (so the calle
 about all offending actions at once, one detail each): the channel is configured and on
 the key's allow-list; the action type is one of the channel's; the parameters fit the
 channel's JSON Schema, its CEL rules and the channel's own validate; dependencies name
-actions of the same task without cycles. Then each action gets its idempotency key.
+actions of the same task without cycles. Then each action gets its idempotency key, made
+under the deployment's key secret, and the keys an earlier reservation of the same intent
+may be stored under (a previous secret's, the legacy form: ``services/reach/idempotency.py``).
 ``validate_only`` stops here, so it runs exactly the checks a real submit runs.
 """
 
@@ -24,7 +26,7 @@ from services.common.timefmt import parse_rfc3339
 from services.common.tracing import TRACE_RE
 from services.reach.channels.base import Channel, InvalidParams, Outgoing
 from services.reach.config import ReachConfig
-from services.reach.idempotency import build_key
+from services.reach.idempotency import KeySecrets, build_key, look_up_keys
 from services.reach.store import ActionPlan, TaskPlan
 
 MAX_ACTIONS = 50
@@ -70,6 +72,8 @@ def plan_task(
     channels: Mapping[str, Channel],
     metadata_trace: str,
     now: dt.datetime,
+    *,
+    key_secrets: KeySecrets,
 ) -> TaskPlan:
     """The reservable plan, or a ``ReachstoreError`` naming every problem."""
     entity = _printable("entity_id", spec.entity_id, required=True)
@@ -95,16 +99,18 @@ def plan_task(
         if len(problems) > before:
             continue
         cfg = config.channels[action.channel]
+        intent = (
+            caller.tenant,
+            entity,
+            action.action_type,
+            action.params,
+            cfg.idempotency_params,
+            logical_time,
+            cfg.window,
+        )
         try:
-            key = build_key(
-                caller.tenant,
-                entity,
-                action.action_type,
-                action.params,
-                cfg.idempotency_params,
-                logical_time,
-                cfg.window,
-            )
+            key = build_key(key_secrets.current, *intent)
+            earlier = look_up_keys(key_secrets, *intent)
         except (ValueError, TypeError) as exc:  # a value a key cannot hold (NaN, NFC twins)
             problems.append(_Problem(i, action.name, "params", str(exc)))
             continue
@@ -130,6 +136,7 @@ def plan_task(
                 action.required,
                 text,
                 key.window,
+                earlier,
             )
         )
     if problems:

@@ -73,6 +73,9 @@ class ActionPlan:
     required: bool
     idem_key: str
     window: str
+    # Keys an earlier reservation of the same intent may be stored under (made under a
+    # previous key secret, or in the legacy form): looked up, never stored.
+    earlier_keys: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,7 +239,8 @@ class ReachStore:
                         structured_data={"task_id": task.task_id},
                     )
                 return Reserved(task, self._actions_of(session, task.task_id), True)
-        keys = [a.idem_key for a in plan.actions]
+        candidates = {a.name: (a.idem_key, *a.earlier_keys) for a in plan.actions}
+        keys = [key for texts in candidates.values() for key in texts]
         held = session.scalars(
             select(ReachActionRow).where(
                 ReachActionRow.tenant == plan.tenant, ReachActionRow.idem_key.in_(keys)
@@ -244,28 +248,35 @@ class ReachStore:
         ).all()
         if not held:
             return None
+        by_key = {row.idem_key: row for row in held}
+        # Each planned action's reservation, under whichever of its keys it is stored.
+        found = {
+            name: next((by_key[k] for k in texts if k in by_key), None)
+            for name, texts in candidates.items()
+        }
         task_ids = {row.task_id for row in held}
-        if len(task_ids) == 1:
+        if len(task_ids) == 1 and all(row is not None for row in found.values()):
             task_id = next(iter(task_ids))
             actions = self._actions_of(session, task_id)
-            if sorted(a.idem_key for a in actions) == sorted(keys):
+            mine = {row.action_id for row in found.values() if row is not None}
+            if mine == {a.action_id for a in actions}:
                 task = session.get(ReachTaskRow, task_id)
                 assert task is not None
                 return Reserved(task, actions, True)
-        by_key = {row.idem_key: row for row in held}
+        taken = [(a, found[a.name]) for a in plan.actions if found[a.name] is not None]
         raise errors.ReachstoreError(
             errors.ACTION_ALREADY_RESERVED,
-            f"{len(held)} action(s) of this task were reserved before by another task",
+            f"{len(taken)} action(s) of this task were reserved before by another task",
             structured_data={
                 "actions": [
                     {
                         "name": a.name,
                         "idempotency_key": a.idem_key,
-                        "reserved_action_id": by_key[a.idem_key].action_id,
-                        "reserved_task_id": by_key[a.idem_key].task_id,
+                        "reserved_action_id": row.action_id,
+                        "reserved_task_id": row.task_id,
                     }
-                    for a in plan.actions
-                    if a.idem_key in by_key
+                    for a, row in taken
+                    if row is not None
                 ]
             },
         )

@@ -22,6 +22,7 @@ from services.reach import health
 from services.reach import states as st
 from services.reach.api.servicer import ReachServicer
 from services.reach.config import parse_config
+from services.reach.idempotency import KeySecrets
 from services.reach.main import build_channels
 from services.reach.metrics import ReachMetrics
 from services.reach.policy.breaker import CircuitBreaker
@@ -81,6 +82,7 @@ def parts(database_url: str) -> Iterator[Parts]:
         {name: CircuitBreaker.from_policy(c.breaker) for name, c in config.channels.items()},
         lambda: wakes.append(1),
         TaskChanges(),
+        key_secrets=KeySecrets(b"console-test-secret-0123456789abcdef"),
         metrics=metrics,
         replica="reach-test-1",
         masker=Masker(b"console-test-secret-0123456789abcdef"),

@@ -55,7 +55,9 @@ class RunningSystem:
         self.http_port = http_port or base + 4
         self.metrics_port = base + 9  # the default of `reachstore up`
         self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        self.http_url = f"http://127.0.0.1:{self.http_port}"
+        # `up` serves the bridge over TLS when it is given a certificate.
+        scheme = "https" if "--tls-cert" in extra_args else "http"
+        self.http_url = f"{scheme}://127.0.0.1:{self.http_port}"
         self.query_addr = f"127.0.0.1:{base}"
         self.ingest_addr = f"127.0.0.1:{base + 1}"
         self.reach_addr = f"127.0.0.1:{base + 2}"

@@ -123,6 +123,7 @@ action_types = ["assign"]
 idempotency_params = ["ticket"]
 [channels.rpc.grpc]
 target = "{rx["grpc"].target}"
+tls = false  # the test server speaks plain text
 method = "/peer.v1.Tickets/Assign"
 idempotency_metadata = true
 timeout_s = 1.5
@@ -270,9 +271,9 @@ def test_an_action_is_delivered_once_with_key_trace_and_receipt(
     task = reply.json()["task"]
     assert task["trace_id"] == TRACE and task["state"] == "pending"
     key = task["actions"][0]["idempotency_key"]
-    assert key.startswith("acme/WO20261130-1/notify/") and key.endswith(
-        task["actions"][0]["window"]
-    )
+    # The entity and the keyed parameters are keyed hashes: neither shows in the key.
+    assert re.fullmatch(r"acme/e:[0-9a-f]{32}/notify/[0-9a-f]{16}/[0-9-]+", key), key
+    assert key.endswith(task["actions"][0]["window"]) and "WO20261130" not in key
     done = settle(agent, task["task_id"])
     assert done["task"]["state"] == "succeeded" and done["partial_failures"] == []
     detail = get_action(agent, task["actions"][0]["action_id"])
@@ -379,7 +380,9 @@ def test_validate_only_returns_the_keys_and_reserves_nothing(
     body = reply.json()
     assert body["validated_only"] and body["task"]["task_id"] == ""
     keys = [a["idempotency_key"] for a in body["task"]["actions"]]
-    assert all(k.startswith("acme/WO-dry/notify/") for k in keys) and len(set(keys)) == 2
+    assert all(re.fullmatch(r"acme/e:[0-9a-f]{32}/notify/[0-9a-f]{16}/[0-9-]+", k) for k in keys)
+    # One entity, so one entity part; other parameters, so two keys.
+    assert len({k.split("/")[1] for k in keys}) == 1 and len(set(keys)) == 2
     assert [a["state"] for a in body["task"]["actions"]] == ["ready", "blocked"]
     listed = agent.get("/api/v1/reach/tasks", params={"entity_id": "WO-dry"}).json()
     assert listed["tasks"] == []

@@ -48,6 +48,7 @@ action_types = ["notify"]
 
 [channels.tickets.grpc]
 target = "{receiver.target}"
+tls = false  # the test server speaks plain text
 method = "{ASSIGN_METHOD}"
 timeout_s = 4
 

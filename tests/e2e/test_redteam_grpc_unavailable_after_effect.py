@@ -40,6 +40,7 @@ action_types = ["notify"]
 
 [channels.tickets.grpc]
 target = "{target}"
+tls = false  # the test server speaks plain text
 method = "{ASSIGN_METHOD}"
 timeout_s = 2
 

@@ -13,10 +13,14 @@ from services.common import errors
 from services.common.auth import Caller
 from services.reach.channels import build_channel
 from services.reach.config import ReachConfig, load_config, parse_config
+from services.reach.idempotency import KeySecrets, entity_part, legacy_key
 from services.reach.planning import ActionSpec, TaskSpec, plan_task
-from services.reach.store import ReachStore
+from services.reach.store import ActionPlan, ReachStore, TaskPlan
 
 CALLER = Caller("acme", "k1", frozenset({"reach"}), groups=("ops",))
+SECRET = b"planning-test-key-secret-0001"
+ROTATED = b"planning-test-key-secret-0002"
+SECRETS = KeySecrets(SECRET)
 BEFORE_MIDNIGHT = dt.datetime(2026, 11, 30, 23, 59, 59, 900_000, tzinfo=dt.UTC)
 AFTER_MIDNIGHT = dt.datetime(2026, 12, 1, 0, 0, 0, 100_000, tzinfo=dt.UTC)
 CONFIG = {
@@ -40,7 +44,9 @@ def config() -> ReachConfig:
     return parse_config(CONFIG)
 
 
-def _plan(config: ReachConfig, now: dt.datetime, **task: str):  # type: ignore[no-untyped-def]
+def _plan(  # type: ignore[no-untyped-def]
+    config: ReachConfig, now: dt.datetime, secrets: KeySecrets = SECRETS, **task: str
+):
     channels = {
         name: build_channel(cfg.kind, cfg.options, name, {})
         for name, cfg in config.channels.items()
@@ -61,7 +67,7 @@ def _plan(config: ReachConfig, now: dt.datetime, **task: str):  # type: ignore[n
             ),
         ),
     )
-    return plan_task(spec, CALLER, config, channels, "", now)
+    return plan_task(spec, CALLER, config, channels, "", now, key_secrets=secrets)
 
 
 def test_a_retry_after_midnight_with_the_caller_key_finds_the_same_action(
@@ -98,8 +104,64 @@ def test_parameters_outside_the_whitelist_do_not_change_the_key(config: ReachCon
     one = _plan(config, BEFORE_MIDNIGHT, noise="trace-a")
     two = _plan(config, BEFORE_MIDNIGHT, noise="trace-b")
     assert one.actions[0].idem_key == two.actions[0].idem_key
-    assert one.actions[0].idem_key.startswith("acme/WO20261130-8821/dispatch/")
+    entity = entity_part(SECRET, "acme", "WO20261130-8821")
+    assert one.actions[0].idem_key.startswith(f"acme/{entity}/dispatch/")
     assert one.actions[0].idem_key.endswith("/2026-11-30")
+    assert "WO20261130-8821" not in one.actions[0].idem_key
+
+
+def test_a_task_reserved_under_a_previous_secret_is_found_after_the_rotation(
+    store: ReachStore, config: ReachConfig
+) -> None:
+    before = store.reserve(_plan(config, BEFORE_MIDNIGHT))
+    rotated = KeySecrets(ROTATED, [SECRET])
+    after = store.reserve(_plan(config, BEFORE_MIDNIGHT, rotated))
+    assert after.deduplicated and after.task.task_id == before.task.task_id
+    assert after.actions[0].idem_key == before.actions[0].idem_key
+    # Without the previous secret the same intent gets a key of its own: a new action.
+    forgotten = store.reserve(_plan(config, BEFORE_MIDNIGHT, KeySecrets(ROTATED)))
+    assert not forgotten.deduplicated
+    assert forgotten.actions[0].idem_key != before.actions[0].idem_key
+
+
+def test_a_task_stored_with_a_key_in_the_legacy_form_is_still_found(
+    store: ReachStore, config: ReachConfig
+) -> None:
+    """Rows older releases wrote keep their keys (the entity in clear); a re-submission of
+    the same intent finds them instead of sending again."""
+    plan = _plan(config, BEFORE_MIDNIGHT)
+    [action] = plan.actions
+    params = {"ticket": "WO20261130-8821", "group": "ops", "trace": ""}
+    old = legacy_key(
+        "acme", "WO20261130-8821", "dispatch", params, ["ticket", "group"], BEFORE_MIDNIGHT, "day"
+    )
+    assert "WO20261130-8821" in old
+    stored = store.reserve(
+        TaskPlan(
+            tenant=plan.tenant,
+            entity_id=plan.entity_id,
+            caller_key=None,
+            request_digest=plan.request_digest,
+            logical_time=plan.logical_time,
+            trace_id=plan.trace_id,
+            submitted_by=plan.submitted_by,
+            actions=(
+                ActionPlan(
+                    action.name,
+                    action.channel,
+                    action.action_type,
+                    action.params,
+                    action.depends_on,
+                    action.required,
+                    old,
+                    action.window,
+                ),
+            ),
+        )
+    )
+    again = store.reserve(plan)
+    assert again.deduplicated and again.task.task_id == stored.task.task_id
+    assert again.actions[0].idem_key == old  # kept as it was stored
 
 
 def test_the_key_is_immutable(config: ReachConfig) -> None:
@@ -119,7 +181,7 @@ def test_rules_see_the_callers_groups(config: ReachConfig) -> None:
         (ActionSpec("d", "hook", "dispatch", {"ticket": "WO-1", "group": "ops"}, (), True),),
     )
     with pytest.raises(errors.ReachstoreError) as caught:
-        plan_task(spec, outsider, config, channels, "", BEFORE_MIDNIGHT)
+        plan_task(spec, outsider, config, channels, "", BEFORE_MIDNIGHT, key_secrets=SECRETS)
     assert caught.value.code == "PARAMS_REJECTED"
     assert caught.value.details[0].structured_data["rule"] == "own groups only"
 
@@ -167,7 +229,8 @@ def test_the_same_text_typed_two_ways_is_one_action(config: ReachConfig) -> None
         spec = TaskSpec(
             entity, "", "", "", (ActionSpec("d", "hook", "dispatch", params, (), True),)
         )
-        return plan_task(spec, CALLER, config, channels, "", BEFORE_MIDNIGHT).actions[0].idem_key
+        plan = plan_task(spec, CALLER, config, channels, "", BEFORE_MIDNIGHT, key_secrets=SECRETS)
+        return plan.actions[0].idem_key
 
     assert key("Caf\u00e9", "Jos\u00e9") == key("Cafe\u0301", "Jose\u0301")
     assert key("Caf\u00e9", "x") != key("Cafe", "x")
@@ -181,6 +244,6 @@ def test_parameter_keys_that_are_one_in_nfc_are_refused(config: ReachConfig) -> 
         {**CONFIG, "channels": {"hook": {**CONFIG["channels"]["hook"], "idempotency_params": []}}}
     )
     with pytest.raises(errors.ReachstoreError) as caught:
-        plan_task(spec, CALLER, plain, channels, "", BEFORE_MIDNIGHT)
+        plan_task(spec, CALLER, plain, channels, "", BEFORE_MIDNIGHT, key_secrets=SECRETS)
     assert caught.value.code == "PARAMS_REJECTED"
     assert "two keys that are one in NFC" in caught.value.details[0].structured_data["rule"]

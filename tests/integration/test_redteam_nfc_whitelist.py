@@ -21,6 +21,7 @@ import unicodedata
 from services.common.auth import Caller
 from services.reach.channels import build_channel
 from services.reach.config import parse_config
+from services.reach.idempotency import KeySecrets
 from services.reach.planning import ActionSpec, TaskSpec, plan_task
 from services.reach.store import ReachStore
 
@@ -49,7 +50,8 @@ def _reserve(store: ReachStore, params: dict[str, object]):  # type: ignore[no-u
     spec = TaskSpec(
         "order-1", "", "", "", (ActionSpec("deliver", "hook", "deliver", params, (), True),)
     )
-    return store.reserve(plan_task(spec, CALLER, config, channels, "", NOW))
+    secrets = KeySecrets(b"nfc-test-key-secret-00001")
+    return store.reserve(plan_task(spec, CALLER, config, channels, "", NOW, key_secrets=secrets))
 
 
 def test_a_whitelisted_parameter_name_typed_two_ways_is_one_action(store: ReachStore) -> None:

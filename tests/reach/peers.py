@@ -873,11 +873,13 @@ class GrpcReceiver:
     "sleep:<seconds>" (answers ok after that long; stopping the server ends the wait).
     The call is recorded whatever the answer.
 
-    ``reflection=False`` serves no reflection (for the descriptor-set mode);
+    ``reflection=False`` serves no reflection (for the descriptor-set mode); ``tls``
+    (certificate chain and key, PEM) serves TLS only;
     ``write_descriptor_set`` writes the FileDescriptorSet a client needs then.
     """
 
-    def __init__(self, *, reflection: bool = True) -> None:
+    def __init__(self, *, reflection: bool = True, tls: tuple[bytes, bytes] | None = None) -> None:
+        self._tls = tls  # (certificate chain, private key), PEM: serve TLS only
         self._pool = descriptor_pool.DescriptorPool()
         self._pool.Add(tickets_file())
         self.request_class = message_factory.GetMessageClass(
@@ -909,7 +911,12 @@ class GrpcReceiver:
             reflection.enable_server_reflection(
                 (TICKETS_SERVICE, reflection.SERVICE_NAME), server, pool=self._pool
             )
-        self._port = server.add_insecure_port(f"{LOCALHOST}:0")
+        if self._tls is None:
+            self._port = server.add_insecure_port(f"{LOCALHOST}:0")
+        else:
+            cert, key = self._tls
+            credentials = grpc.ssl_server_credentials([(key, cert)])
+            self._port = server.add_secure_port(f"{LOCALHOST}:0", credentials)
         server.start()
         self._server = server
         self._stopping.clear()

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from services.common.config_errors import ConfigError
+from services.common.tls import TlsFiles
 from services.reach.channels import (
     EmailChannel,
     EmailOptions,
@@ -57,7 +58,11 @@ def test_each_kind_builds_its_channel_with_the_defaults() -> None:
         message_id_domain="reachstore.local",
     )
     assert rpc.options == GrpcOptions(
-        target=RPC["target"], method=RPC["method"], timeout_s=8.0, idempotency_metadata=False
+        target=RPC["target"],
+        method=RPC["method"],
+        timeout_s=8.0,
+        idempotency_metadata=False,
+        tls=TlsFiles(system_trust=True),  # TLS unless told otherwise, the system's trust
     )
 
 
@@ -118,6 +123,16 @@ def test_secrets_stay_out_of_reprs() -> None:
         ("webhook", {"url": "ftp://files.example.com/x"}, f"{WHERE}.url: must be an http"),
         ("webhook", {"url": "not a url"}, f"{WHERE}.url:"),
         ("webhook", {**HOOK, "token_env": "UNSET"}, "token_env: environment variable UNSET is not"),
+        (
+            "webhook",
+            {**HOOK, "url": "http://hooks.example.com/t", "token_env": "TOKEN"},
+            f"{WHERE}.url: must be https:// with token_env set",
+        ),
+        (
+            "webhook",
+            {**HOOK, "status_url": "http://10.0.0.5/t/{external_id}", "token_env": "TOKEN"},
+            f"{WHERE}.status_url: must be https:// with token_env set",
+        ),
         ("webhook", {**HOOK, "token_env": "EMPTY"}, "token_env: environment variable EMPTY is emp"),
         ("webhook", {**HOOK, "token_env": "s3cret value"}, "token_env: must name an environment"),
         ("webhook", {**HOOK, "status_url": HOOK["url"]}, "status_url: must contain {external_id}"),

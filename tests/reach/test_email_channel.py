@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from services.common.config_errors import ConfigError
 from services.reach.channels import build_channel
 from services.reach.channels.base import Answer, ChannelError, InvalidParams, Outgoing, Status
 from services.reach.channels.email import EmailChannel, message_id
@@ -207,13 +208,21 @@ def test_starttls_with_a_trusted_certificate(tls_cert: tuple[Path, Path]) -> Non
     assert "certificate" in error.message.lower()
 
 
-def test_login_with_credentials_from_the_environment() -> None:
+def test_login_with_credentials_from_the_environment(tls_cert: tuple[Path, Path]) -> None:
     env = {"SMTP_USER": "reach", "SMTP_PASSWORD": "s3cret", "WRONG": "nope"}
-    with SmtpReceiver(login=("reach", "s3cret")) as receiver:
+    ca = str(tls_cert[0])
+    with SmtpReceiver(login=("reach", "s3cret"), tls=tls_cert) as receiver:
+        # No starttls setting: with credentials it is on by default.
         good = channel_for(
-            receiver.port, env, username_env="SMTP_USER", password_env="SMTP_PASSWORD"
+            receiver.port,
+            env,
+            username_env="SMTP_USER",
+            password_env="SMTP_PASSWORD",
+            tls_ca_file=ca,
         )
-        bad = channel_for(receiver.port, env, username_env="SMTP_USER", password_env="WRONG")
+        bad = channel_for(
+            receiver.port, env, username_env="SMTP_USER", password_env="WRONG", tls_ca_file=ca
+        )
         answer = submit(good, make_action(MAIL))
         error = submit_error(bad, make_action(MAIL))
 
@@ -224,11 +233,13 @@ def test_login_with_credentials_from_the_environment() -> None:
     assert first is True and rest and not any(rest)
 
 
-def test_login_against_a_relay_without_auth_is_an_auth_error(smtp_receiver: SmtpReceiver) -> None:
+def test_login_against_a_relay_without_auth_is_an_auth_error(tls_cert: tuple[Path, Path]) -> None:
     env = {"U": "reach", "P": "pw"}
-    channel = channel_for(smtp_receiver.port, env, username_env="U", password_env="P")
-
-    error = submit_error(channel, make_action(MAIL))
+    with SmtpReceiver(tls=tls_cert) as receiver:
+        channel = channel_for(
+            receiver.port, env, username_env="U", password_env="P", tls_ca_file=str(tls_cert[0])
+        )
+        error = submit_error(channel, make_action(MAIL))
 
     assert (error.category, error.code) == ("auth", "SMTP_AUTH_FAILED")
 
@@ -241,3 +252,16 @@ def test_poll_and_cancel_cannot_help() -> None:
 
     assert (answer.status, answer.detail) == (Status.UNKNOWN, "SMTP has no status look-up")
     assert asyncio.run(channel.cancel(action, "<x@y>")) is False
+
+
+def test_credentials_never_go_without_starttls(smtp_receiver: SmtpReceiver) -> None:
+    """A relay that offers no STARTTLS gets no password: the channel stops before AUTH,
+    and a setting that asks for login in clear is refused at start."""
+    env = {"U": "reach", "P": "pw"}
+    error = submit_error(
+        channel_for(smtp_receiver.port, env, username_env="U", password_env="P"), make_action(MAIL)
+    )
+    assert (error.category, error.code) == ("permanent", "SMTP_STARTTLS_UNSUPPORTED")
+    assert smtp_receiver.auth_attempts == [] and smtp_receiver.messages == []
+    with pytest.raises(ConfigError, match=r"channels\.mail\.starttls: must be true"):
+        channel_for(smtp_receiver.port, env, username_env="U", password_env="P", starttls=False)

@@ -15,6 +15,7 @@ from services.common.config_errors import ConfigError
 from services.reach.channels import build_channel
 from services.reach.channels.base import Answer, ChannelError, InvalidParams, Outgoing, Status
 from services.reach.channels.grpc_call import GrpcCallChannel
+from tests.e2e.tls_certs import CertSet, write_cert_set
 
 from .conftest import make_action
 from .peers import ASSIGN_METHOD, GrpcReceiver
@@ -24,7 +25,11 @@ TICKET = {"ticket": "T-42", "group": "network", "count": 3}
 
 
 def channel_for(target: str, **settings: Any) -> GrpcCallChannel:
-    table = {"target": target, "method": ASSIGN_METHOD, "timeout_s": 2.0, **settings}
+    """A channel to ``target``; plain text, as the test servers speak, unless ``settings``
+    say otherwise (the TLS tests below)."""
+    table = {"target": target, "method": ASSIGN_METHOD, "timeout_s": 2.0, "tls": False}
+    table.update(settings)
+    table = {key: value for key, value in table.items() if value is not None}
     channel = build_channel("grpc", table, "channels.tickets", {"RPC_TOKEN": "t0ken"})
     assert isinstance(channel, GrpcCallChannel)
     return channel
@@ -257,3 +262,70 @@ def test_poll_and_cancel_cannot_help(descriptor_set: Path) -> None:
     assert answer.status is Status.UNKNOWN and answer.detail
     assert run(channel, lambda c: c.cancel(make_action(TICKET), "a-1")) is False
     assert not channel.can_poll and not channel.can_cancel
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> CertSet:
+    return write_cert_set(tmp_path_factory.mktemp("certs"))
+
+
+def _tls_receiver(certs: CertSet) -> GrpcReceiver:
+    pair = (
+        Path(certs.path("server.pem")).read_bytes(),
+        Path(certs.path("server.key")).read_bytes(),
+    )
+    return GrpcReceiver(tls=pair)
+
+
+def test_tls_is_the_default_and_checks_the_server(certs: CertSet) -> None:
+    """Left out, ``tls`` means TLS checked against the system's trust store: a server
+    whose certificate a private CA signed gets no call (and so never sees the token)."""
+    with _tls_receiver(certs) as receiver:
+        error = submit_error(
+            channel_for(receiver.target, tls=None, token_env="RPC_TOKEN"), make_action(TICKET)
+        )
+        assert receiver.calls == []
+    assert error.category == "transient"
+
+
+def test_tls_with_the_ca_file_reaches_the_server_with_its_token(certs: CertSet) -> None:
+    with _tls_receiver(certs) as receiver:
+        channel = channel_for(receiver.target, tls=True, ca_file=certs.ca, token_env="RPC_TOKEN")
+        answer = submit(channel, make_action(TICKET))
+        [call] = receiver.calls
+    assert answer.status is Status.SUCCESS
+    assert call.metadata["authorization"] == "Bearer t0ken"
+
+
+def test_tls_never_falls_back_to_plain_text() -> None:
+    """A plain-text server behind a TLS channel: the token is never sent in clear."""
+    with GrpcReceiver() as receiver:
+        error = submit_error(
+            channel_for(receiver.target, tls=None, token_env="RPC_TOKEN"), make_action(TICKET)
+        )
+        assert receiver.calls == []
+    assert error.category == "transient"
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"tls": False, "ca_file": "ca.pem"}, "channels.tickets.ca_file: needs tls = true"),
+        ({"tls": None, "ca_file": "/no/such/ca.pem"}, "channels.tickets.ca_file: cannot read"),
+        (
+            {"tls": None, "cert_file": "server.pem"},
+            "channels.tickets.cert_file and channels.tickets.key_file",
+        ),
+        ({"tls": "yes"}, "channels.tickets.tls: must be true or false"),
+    ],
+)
+def test_tls_settings_are_checked_at_start(
+    certs: CertSet, settings: dict[str, Any], message: str
+) -> None:
+    def resolve(value: Any) -> Any:
+        relative = isinstance(value, str) and value.endswith(".pem") and "/" not in value
+        return certs.path(value) if relative else value
+
+    resolved = {key: resolve(value) for key, value in settings.items()}
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        channel_for("127.0.0.1:1", **resolved)

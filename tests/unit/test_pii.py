@@ -295,6 +295,8 @@ def test_a_masker_needs_a_secret_and_never_shows_it() -> None:
         "客户姓名",
         "手机号",
         "收货地址",
+        "entity_id",
+        "entityId",
     ],
 )
 def test_sensitive_field_names(name: str) -> None:
@@ -322,6 +324,8 @@ def test_sensitive_field_names(name: str) -> None:
         "status",
         "id",
         "renamed",
+        "entity",
+        "task_id",
     ],
 )
 def test_names_that_are_not_personal(name: str) -> None:

@@ -5,21 +5,36 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import hashlib
+import hmac
 import math
 from typing import Any
 
 import pytest
 from google.protobuf import struct_pb2
 
+from services.common.config_errors import ConfigError
 from services.reach.idempotency import (
     WINDOWS,
     IdempotencyKey,
+    KeySecrets,
     build_key,
+    canonical_params,
+    entity_part,
+    key_secrets_from_env,
+    legacy_key,
+    look_up_keys,
     params_digest,
+    previous_secrets,
     window_bucket,
 )
 
 UTC = datetime.UTC
+SECRET = b"unit-test-key-secret-0123456789"
+OTHER = b"unit-test-key-secret-rotated-01"
+
+
+def digest(params: Any, whitelist: Any) -> str:
+    return params_digest(params, whitelist, SECRET)
 
 
 def at(
@@ -99,29 +114,37 @@ def test_naive_datetimes_and_unknown_windows_are_refused() -> None:
 # --- digest ----------------------------------------------------------------------------
 
 
-def test_the_digest_is_16_hex_characters_of_sha256_over_canonical_json() -> None:
+def test_the_digest_is_an_hmac_under_the_secret_of_the_canonical_json() -> None:
     params = {"name": "Zoë", "amount": 12.0, "meta": {"z": 1, "a": [1.5, None, True]}}
     canonical = '{"amount":12,"meta":{"a":[1.5,null,true],"z":1},"name":"Zoë"}'
-    expected = hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
-    assert params_digest(params, []) == expected
-    assert (
-        params_digest({"amount": 12, "name": "Zoë"}, ["name", "amount"])
-        == (hashlib.sha256('{"amount":12,"name":"Zoë"}'.encode()).hexdigest()[:16])
-    )
+    assert canonical_params(params, []) == canonical
+    message = ("reach-params\x00" + canonical).encode()
+    expected = hmac.new(SECRET, message, hashlib.sha256).hexdigest()[:16]
+    assert digest(params, []) == expected
+    picked = '{"amount":12,"name":"Zoë"}'
+    assert canonical_params({"amount": 12, "name": "Zoë"}, ["name", "amount"]) == picked
+    # Not the plain SHA-256 older keys carried: that one is confirmed by guessing.
+    assert digest(params, []) != hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def test_another_secret_gives_another_digest() -> None:
+    params = {"to": "+8613800138000"}
+    assert params_digest(params, ["to"], OTHER) != digest(params, ["to"])
+    assert params_digest(params, ["to"], SECRET) == digest(params, ["to"])
 
 
 def test_key_order_does_not_matter_at_any_depth() -> None:
     one = {"a": 1, "b": {"x": 1, "y": [{"p": 1, "q": 2}]}}
     two = {"b": {"y": [{"q": 2, "p": 1}], "x": 1}, "a": 1}
-    assert params_digest(one, []) == params_digest(two, [])
-    assert params_digest(one, ["b", "a"]) == params_digest(two, ["a", "b"])
+    assert digest(one, []) == digest(two, [])
+    assert digest(one, ["b", "a"]) == digest(two, ["a", "b"])
 
 
 def test_integral_floats_digest_like_integers() -> None:
-    assert params_digest({"n": 3}, ["n"]) == params_digest({"n": 3.0}, ["n"])
-    assert params_digest({"n": [1, {"m": -2}]}, []) == params_digest({"n": [1.0, {"m": -2.0}]}, [])
-    assert params_digest({"n": 0}, []) == params_digest({"n": -0.0}, [])
-    assert params_digest({"n": 3}, []) != params_digest({"n": 3.5}, [])
+    assert digest({"n": 3}, ["n"]) == digest({"n": 3.0}, ["n"])
+    assert digest({"n": [1, {"m": -2}]}, []) == digest({"n": [1.0, {"m": -2.0}]}, [])
+    assert digest({"n": 0}, []) == digest({"n": -0.0}, [])
+    assert digest({"n": 3}, []) != digest({"n": 3.5}, [])
 
 
 @pytest.mark.parametrize(
@@ -137,82 +160,80 @@ def test_integral_floats_digest_like_integers() -> None:
     ],
 )
 def test_different_values_digest_differently(one: dict[str, Any], two: dict[str, Any]) -> None:
-    assert params_digest(one, []) != params_digest(two, [])
-    assert params_digest(one, ["n"]) != params_digest(two, ["n"])
+    assert digest(one, []) != digest(two, [])
+    assert digest(one, ["n"]) != digest(two, ["n"])
 
 
 def test_parameters_outside_the_whitelist_never_change_the_digest() -> None:
     whitelist = ["to", "template", "vars.first_name"]
     base = {"to": "+33600000000", "template": "reminder", "vars": {"first_name": "Zoë"}}
-    digest = params_digest(base, whitelist)
+    first = digest(base, whitelist)
     noisy = {
         **base,
         "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736",
         "retry_count": 3.0,
         "vars": {"first_name": "Zoë", "sent_at": "2026-11-30T05:00:00Z"},
     }
-    assert params_digest(noisy, whitelist) == digest
-    assert params_digest({**noisy, "retry_count": 4.0}, whitelist) == digest
+    assert digest(noisy, whitelist) == first
+    assert digest({**noisy, "retry_count": 4.0}, whitelist) == first
     # A whitelisted parameter does change it, nested ones included.
-    assert params_digest({**base, "to": "+33600000001"}, whitelist) != digest
-    assert params_digest({**base, "vars": {"first_name": "Zoe"}}, whitelist) != digest
+    assert digest({**base, "to": "+33600000001"}, whitelist) != first
+    assert digest({**base, "vars": {"first_name": "Zoe"}}, whitelist) != first
 
 
 def test_whitelist_order_and_repeats_do_not_matter() -> None:
     params = {"a": 1, "b": 2, "c": 3}
-    assert params_digest(params, ["a", "b"]) == params_digest(params, ["b", "a", "b"])
-    assert params_digest(params, ["a", "b"]) != params_digest(params, ["a", "c"])
+    assert digest(params, ["a", "b"]) == digest(params, ["b", "a", "b"])
+    assert digest(params, ["a", "b"]) != digest(params, ["a", "c"])
 
 
 def test_a_missing_path_is_absent_not_null() -> None:
     whitelist = ["to", "vars.name"]
-    absent = params_digest({"to": "x"}, whitelist)
-    assert params_digest({"to": "x", "vars": {}}, whitelist) == absent
-    assert params_digest({"to": "x", "vars": "not an object"}, whitelist) == absent
-    assert params_digest({"to": "x", "vars": {"name": None}}, whitelist) != absent
-    assert params_digest({"to": "x", "vars": None}, whitelist) == absent
-    assert params_digest({"to": "x"}, ["to", "vars"]) != params_digest(
-        {"to": "x", "vars": None}, ["to", "vars"]
-    )
+    absent = digest({"to": "x"}, whitelist)
+    assert digest({"to": "x", "vars": {}}, whitelist) == absent
+    assert digest({"to": "x", "vars": "not an object"}, whitelist) == absent
+    assert digest({"to": "x", "vars": {"name": None}}, whitelist) != absent
+    assert digest({"to": "x", "vars": None}, whitelist) == absent
+    assert digest({"to": "x"}, ["to", "vars"]) != digest({"to": "x", "vars": None}, ["to", "vars"])
 
 
 def test_an_empty_whitelist_means_every_parameter() -> None:
-    assert params_digest({"a": 1, "trace_id": "t1"}, []) != params_digest(
-        {"a": 1, "trace_id": "t2"}, []
-    )
-    assert params_digest({"a": 1}, ()) == params_digest({"a": 1.0}, [])
+    assert digest({"a": 1, "trace_id": "t1"}, []) != digest({"a": 1, "trace_id": "t2"}, [])
+    assert digest({"a": 1}, ()) == digest({"a": 1.0}, [])
 
 
 def test_protobuf_struct_parameters_digest_like_plain_ones() -> None:
     plain = {"to": "a@b.c", "count": 3, "vars": {"items": [1, "x", None, True]}}
     struct = struct_pb2.Struct()
     struct.update(plain)
-    assert params_digest(struct, []) == params_digest(plain, [])
+    assert digest(struct, []) == digest(plain, [])
     whitelist = ["count", "vars.items", "missing.path"]
-    assert params_digest(struct, whitelist) == params_digest(plain, whitelist)
+    assert digest(struct, whitelist) == digest(plain, whitelist)
 
 
 def test_what_cannot_be_digested_is_refused() -> None:
     with pytest.raises(ValueError, match=r"parameter a\.b is not a finite number"):
-        params_digest({"a": {"b": math.nan}}, [])
+        digest({"a": {"b": math.nan}}, [])
     with pytest.raises(ValueError, match="not a finite number"):
-        params_digest({"a": math.inf}, ["a"])
+        digest({"a": math.inf}, ["a"])
     with pytest.raises(TypeError, match=r"parameter when has a type"):
-        params_digest({"when": datetime.datetime(2026, 1, 1)}, [])
+        digest({"when": datetime.datetime(2026, 1, 1)}, [])
     with pytest.raises(TypeError, match="non-string key"):
-        params_digest({"a": {1: "x"}}, [])
+        digest({"a": {1: "x"}}, [])
     for bad in ("", "a..b", ".a", "a."):
         with pytest.raises(ValueError, match="dotted names"):
-            params_digest({"a": 1}, [bad])
+            digest({"a": 1}, [bad])
 
 
 # --- keys ------------------------------------------------------------------------------
 
+ORDER_42 = entity_part(SECRET, "acme", "order-42")
 
-def key(entity_id: str = "order-42", **changes: str) -> IdempotencyKey:
+
+def key(entity: str = ORDER_42, **changes: str) -> IdempotencyKey:
     fields = {
         "tenant": "acme",
-        "entity_id": entity_id,
+        "entity": entity,
         "action_type": "sms.send",
         "digest": "0123456789abcdef",
         "window": "2026-11-30",
@@ -220,8 +241,19 @@ def key(entity_id: str = "order-42", **changes: str) -> IdempotencyKey:
     return IdempotencyKey(**{**fields, **changes})
 
 
+def test_the_entity_part_is_an_hmac_of_tenant_and_entity() -> None:
+    message = b"reach-entity\x00acme\x00order-42"
+    expected = "e:" + hmac.new(SECRET, message, hashlib.sha256).hexdigest()[:32]
+    assert ORDER_42 == expected
+    assert entity_part(SECRET, "acme2", "order-42") != ORDER_42  # the tenant is in it
+    assert entity_part(OTHER, "acme", "order-42") != ORDER_42  # and the secret
+    # One entity typed in two Unicode forms is one entity.
+    assert entity_part(SECRET, "acme", "Zoe\u0301") == entity_part(SECRET, "acme", "Zoé")
+
+
 def test_a_key_renders_as_slash_separated_parts() -> None:
-    assert str(key()) == "acme/order-42/sms.send/0123456789abcdef/2026-11-30"
+    assert str(key()) == f"acme/{ORDER_42}/sms.send/0123456789abcdef/2026-11-30"
+    assert "order-42" not in str(key())
 
 
 @pytest.mark.parametrize(
@@ -229,36 +261,50 @@ def test_a_key_renders_as_slash_separated_parts() -> None:
     ["order-42", "a/b", "/", "50%", "%2F", "a/b%2Fc", "Zoë/🙂", "with space", "?#&=+", "-"],
 )
 def test_keys_round_trip_through_their_text(entity_id: str) -> None:
-    original = key(entity_id, tenant="t/1%", action_type="crm/update é")
+    original = key(
+        entity_part(SECRET, "t/1%", entity_id), tenant="t/1%", action_type="crm/update é"
+    )
     text = str(original)
     assert text.count("/") == 4
     assert text.isascii()
     assert IdempotencyKey.parse(text) == original
 
 
-def test_a_slash_in_an_entity_cannot_make_two_keys_read_alike() -> None:
-    one = key("a/b", action_type="c")
-    two = key("a", action_type="b/c")
+def test_a_slash_in_a_tenant_or_type_cannot_make_two_keys_read_alike() -> None:
+    one = key(tenant="a/b", action_type="c")
+    two = key(tenant="a", action_type="b/c")
     assert str(one) != str(two)
-    assert str(key("a/b")) == "acme/a%2Fb/sms.send/0123456789abcdef/2026-11-30"
-    assert str(key("a%2Fb")) == "acme/a%252Fb/sms.send/0123456789abcdef/2026-11-30"
+    assert str(key(tenant="a/b")) == f"a%2Fb/{ORDER_42}/sms.send/0123456789abcdef/2026-11-30"
+    assert str(key(tenant="a%2Fb")).startswith("a%252Fb/")
+
+
+@pytest.mark.parametrize(
+    "entity",
+    ["order-42", "e:" + "0" * 31, "e:" + "0" * 33, "e:" + "A" * 32, "x:" + "0" * 32, ""],
+)
+def test_an_entity_part_that_is_not_a_hash_is_refused(entity: str) -> None:
+    with pytest.raises(ValueError, match="entity must be 'e:' and 32 lowercase hex") as refused:
+        key(entity)
+    assert entity not in str(refused.value) or not entity  # the value is never repeated
 
 
 @pytest.mark.parametrize(
     "text",
     [
-        "acme/order-42/sms.send/0123456789abcdef",  # four parts
-        "acme/a/b/sms.send/0123456789abcdef/2026-11-30",  # an unencoded slash
-        "acme/a%2fb/sms.send/0123456789abcdef/2026-11-30",  # not the canonical spelling
-        "acme/a%zz/sms.send/0123456789abcdef/2026-11-30",
-        "acme/Zoë/sms.send/0123456789abcdef/2026-11-30",  # unencoded non-ASCII
-        "acme/%FF/sms.send/0123456789abcdef/2026-11-30",  # not UTF-8
+        f"acme/{ORDER_42}/sms.send/0123456789abcdef",  # four parts
+        f"acme/a/{ORDER_42}/sms.send/0123456789abcdef/2026-11-30",  # an unencoded slash
+        f"ac%2fme/{ORDER_42}/sms.send/0123456789abcdef/2026-11-30",  # not canonical
+        f"acme/{ORDER_42}/sms%zz/0123456789abcdef/2026-11-30",
+        f"acmé/{ORDER_42}/sms.send/0123456789abcdef/2026-11-30",  # unencoded non-ASCII
+        f"%FF/{ORDER_42}/sms.send/0123456789abcdef/2026-11-30",  # not UTF-8
         "acme//sms.send/0123456789abcdef/2026-11-30",  # empty entity
-        "acme/order-42/sms.send/0123456789ABCDEF/2026-11-30",
-        "acme/order-42/sms.send/0123456789abcde/2026-11-30",
-        "acme/order-42/sms.send/0123456789abcdef/2026-11",
-        "acme/order-42/sms.send/0123456789abcdef/2026-W4",
-        "acme/order-42/sms.send/0123456789abcdef/",
+        "acme/order-42/sms.send/0123456789abcdef/2026-11-30",  # an entity in clear
+        f"acme/{ORDER_42.upper()}/sms.send/0123456789abcdef/2026-11-30",
+        f"acme/{ORDER_42}/sms.send/0123456789ABCDEF/2026-11-30",
+        f"acme/{ORDER_42}/sms.send/0123456789abcde/2026-11-30",
+        f"acme/{ORDER_42}/sms.send/0123456789abcdef/2026-11",
+        f"acme/{ORDER_42}/sms.send/0123456789abcdef/2026-W4",
+        f"acme/{ORDER_42}/sms.send/0123456789abcdef/",
     ],
 )
 def test_parse_refuses_anything_but_a_rendered_key(text: str) -> None:
@@ -274,44 +320,111 @@ def test_every_bucket_shape_parses(window: str) -> None:
 def test_a_key_cannot_change_once_made() -> None:
     made = key()
     with pytest.raises(dataclasses.FrozenInstanceError):
-        made.entity_id = "order-43"  # type: ignore[misc]
+        made.entity = entity_part(SECRET, "acme", "order-43")  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):
         made.digest = "fedcba9876543210"  # type: ignore[misc]
     with pytest.raises((dataclasses.FrozenInstanceError, AttributeError, TypeError)):
         made.extra = 1  # type: ignore[attr-defined]
     assert not hasattr(made, "__dict__")
-    assert str(made) == "acme/order-42/sms.send/0123456789abcdef/2026-11-30"
+    assert str(made) == f"acme/{ORDER_42}/sms.send/0123456789abcdef/2026-11-30"
     assert {made: 1}[key()] == 1  # equal keys hash alike
 
 
 def test_build_key_puts_it_all_together() -> None:
     params = {"to": "+33600000000", "body": "Votre RDV", "trace_id": "abc"}
     whitelist = ["to", "body"]
-    built = build_key(
-        "acme", "rdv/2026/0042", "sms.send", params, whitelist, at(2026, 11, 30, 5), "day"
-    )
+
+    def build(secret: bytes = SECRET, **changes: Any) -> IdempotencyKey:
+        fields: dict[str, Any] = {
+            "tenant": "acme",
+            "entity_id": "rdv/2026/0042",
+            "action_type": "sms.send",
+            "params": params,
+            "whitelist": whitelist,
+            "at": at(2026, 11, 30, 5),
+            "window": "day",
+        }
+        return build_key(secret, **{**fields, **changes})
+
+    built = build()
     assert built == IdempotencyKey(
-        "acme", "rdv/2026/0042", "sms.send", params_digest(params, whitelist), "2026-11-30"
+        "acme",
+        entity_part(SECRET, "acme", "rdv/2026/0042"),
+        "sms.send",
+        digest(params, whitelist),
+        "2026-11-30",
     )
-    assert str(built).startswith("acme/rdv%2F2026%2F0042/sms.send/")
+    assert "rdv" not in str(built) and "+33600000000" not in str(built)
     # The same intent later that day, retried with a new trace id: the same key.
     again = {**params, "trace_id": "def", "body": "Votre RDV"}
-    assert (
-        build_key(
-            "acme", "rdv/2026/0042", "sms.send", again, whitelist, at(2026, 11, 30, 18), "day"
-        )
-        == built
+    assert build(params=again, at=at(2026, 11, 30, 18)) == built
+    # The next day, another tenant, another action, another secret: other keys.
+    assert build(at=at(2026, 12, 1)) != built
+    assert build(tenant="acme2") != built
+    assert build(action_type="email.send") != built
+    assert build(OTHER) != built
+
+
+def test_look_ups_cover_previous_secrets_and_the_legacy_form() -> None:
+    intent: tuple[Any, ...] = (
+        "acme",
+        "zhang.wei@example.com",
+        "notify",
+        {"to": "zhang.wei@example.com"},
+        ["to"],
+        at(2026, 11, 30, 5),
+        "day",
     )
-    # The next day, another tenant, another action: other keys.
+    secrets = KeySecrets(SECRET, [OTHER])
+    looked_up = look_up_keys(secrets, *intent)
+    assert looked_up == (str(build_key(OTHER, *intent)), legacy_key(*intent))
     assert (
-        build_key("acme", "rdv/2026/0042", "sms.send", params, whitelist, at(2026, 12, 1), "day")
-        != built
+        str(build_key(SECRET, *intent)) not in looked_up
+    )  # the current key is made, not looked up
+    # The legacy form is what earlier releases stored: the entity percent-encoded in clear
+    # and a plain SHA-256 of the canonical parameters.
+    plain = hashlib.sha256(b'{"to":"zhang.wei@example.com"}').hexdigest()[:16]
+    assert legacy_key(*intent) == f"acme/zhang.wei%40example.com/notify/{plain}/2026-11-30"
+    assert look_up_keys(KeySecrets(SECRET), *intent) == (legacy_key(*intent),)
+
+
+def test_key_secrets_come_from_the_environment() -> None:
+    one, two = "a-previous-secret-0001", "a-previous-secret-0002"
+    secrets = key_secrets_from_env(
+        {
+            "REACHSTORE_PII_SECRET": SECRET.decode(),
+            "REACHSTORE_PII_SECRET_PREVIOUS": f"{one}, {two}",
+        }
     )
-    assert (
-        build_key("acme2", "rdv/2026/0042", "sms.send", params, whitelist, at(2026, 11, 30), "day")
-        != built
-    )
-    assert (
-        build_key("acme", "rdv/2026/0042", "email.send", params, whitelist, at(2026, 11, 30), "day")
-        != built
-    )
+    assert secrets.current == SECRET
+    assert secrets.previous == (one.encode(), two.encode())
+    assert SECRET.decode() not in repr(secrets) and one not in repr(secrets)
+    assert previous_secrets({}) == () == previous_secrets({"REACHSTORE_PII_SECRET_PREVIOUS": " "})
+    # Listing the current secret among the previous ones changes nothing.
+    same = KeySecrets(SECRET, [SECRET, OTHER])
+    assert same.previous == (OTHER,)
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({}, "REACHSTORE_PII_SECRET is required by reach"),
+        ({"REACHSTORE_PII_SECRET": "short"}, "REACHSTORE_PII_SECRET must be at least 16 bytes"),
+        (
+            {"REACHSTORE_PII_SECRET": SECRET.decode(), "REACHSTORE_PII_SECRET_PREVIOUS": "tiny"},
+            "REACHSTORE_PII_SECRET_PREVIOUS entry 1 must be at least 16 bytes, got 4",
+        ),
+        (
+            {
+                "REACHSTORE_PII_SECRET": SECRET.decode(),
+                "REACHSTORE_PII_SECRET_PREVIOUS": "a-previous-secret-0001,,x",
+            },
+            "REACHSTORE_PII_SECRET_PREVIOUS has an empty entry \\(number 2\\)",
+        ),
+    ],
+)
+def test_bad_key_secrets_are_refused_naming_the_setting(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as refused:
+        key_secrets_from_env(env)
+    for value in env.values():
+        assert value not in str(refused.value)

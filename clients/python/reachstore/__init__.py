@@ -63,6 +63,7 @@ from reachstore._reach_models import (
     Resolution,
 )
 from reachstore._retry import RetryPolicy
+from reachstore._tls import Tls
 
 __all__ = [
     "ActionInput",
@@ -104,6 +105,7 @@ __all__ = [
     "SearchResult",
     "Task",
     "TaskWaitTimeoutError",
+    "Tls",
     "TransientError",
     "VerifyResult",
 ]

@@ -52,6 +52,7 @@ from reachstore._reach_models import (
     ReachTask,
 )
 from reachstore._retry import RetryPolicy
+from reachstore._tls import Tls, resolve_tls
 from reachstore._transport_grpc import AsyncGrpcTransport
 from reachstore._transport_rest import AsyncRestTransport
 
@@ -83,11 +84,13 @@ class AsyncClient:
         timeout: float = DEFAULT_TIMEOUT_S,
         api_key: str | None = None,
         retries: RetryPolicy | None = DEFAULT_RETRIES,
+        tls: Tls | bool | None = None,
     ) -> None:
         self._ops = Operations(timeout, retries)
         self._transport: AsyncGrpcTransport | AsyncRestTransport = AsyncGrpcTransport(
             grpc_targets(query_target, ingest_target, reach_target, audit_target),
             resolve_api_key(api_key),
+            resolve_tls(tls),
         )
 
     @classmethod
@@ -115,11 +118,12 @@ class AsyncClient:
         timeout: float = DEFAULT_TIMEOUT_S,
         api_key: str | None = None,
         retries: RetryPolicy | None = DEFAULT_RETRIES,
+        tls: Tls | bool | None = None,
     ) -> AsyncClient:
         """An async client that talks to the REST bridge."""
         client = cls.__new__(cls)
         client._ops = Operations(timeout, retries)
-        client._transport = AsyncRestTransport(base_url, resolve_api_key(api_key))
+        client._transport = AsyncRestTransport(base_url, resolve_api_key(api_key), resolve_tls(tls))
         return client
 
     @property

@@ -54,6 +54,7 @@ from reachstore._reach_models import (
     ReachTask,
 )
 from reachstore._retry import RetryPolicy
+from reachstore._tls import Tls, resolve_tls
 from reachstore._transport_grpc import GrpcTransport
 from reachstore._transport_rest import RestTransport
 
@@ -72,7 +73,9 @@ class Client:
     ``Client.rest("http://127.0.0.1:8420")`` gives the same client over the REST bridge.
     ``timeout`` is the default deadline of each call, in seconds, retries included;
     ``api_key`` defaults to ``$REACHSTORE_API_KEY``; ``retries`` is the retry policy
-    (None: never retry).
+    (None: never retry); ``tls`` is how to speak TLS (a ``Tls``; True: trust the
+    system's authorities; None: what ``$REACHSTORE_TLS_*`` say, plain text if unset;
+    False: plain text).
     """
 
     def __init__(
@@ -85,11 +88,13 @@ class Client:
         timeout: float = DEFAULT_TIMEOUT_S,
         api_key: str | None = None,
         retries: RetryPolicy | None = DEFAULT_RETRIES,
+        tls: Tls | bool | None = None,
     ) -> None:
         self._ops = Operations(timeout, retries)
         self._transport: GrpcTransport | RestTransport = GrpcTransport(
             grpc_targets(query_target, ingest_target, reach_target, audit_target),
             resolve_api_key(api_key),
+            resolve_tls(tls),
         )
 
     @classmethod
@@ -118,12 +123,13 @@ class Client:
         timeout: float = DEFAULT_TIMEOUT_S,
         api_key: str | None = None,
         retries: RetryPolicy | None = DEFAULT_RETRIES,
+        tls: Tls | bool | None = None,
     ) -> Client:
         """A client that talks to the REST bridge (``reachstore up`` serves it on 8420)
         instead of gRPC: same methods, same models, same exceptions."""
         client = cls.__new__(cls)
         client._ops = Operations(timeout, retries)
-        client._transport = RestTransport(base_url, resolve_api_key(api_key))
+        client._transport = RestTransport(base_url, resolve_api_key(api_key), resolve_tls(tls))
         return client
 
     @property

@@ -22,6 +22,7 @@ from google.protobuf.message import Message
 from reachstore._config import MAX_MESSAGE_BYTES
 from reachstore._errors import from_rpc_error
 from reachstore._rpc import Rpc
+from reachstore._tls import Tls
 
 # An address may list several replicas of a service ("10.0.0.1:50051,10.0.0.2:50051", or
 # one DNS name with a record per replica): calls are spread over those whose gRPC health
@@ -67,11 +68,28 @@ class _Targets:
         return self.targets[rpc.server]
 
 
-class GrpcTransport:
-    """Blocking calls; safe to share between threads."""
+def _open(target: str, tls: Tls | None) -> grpc.Channel:
+    if tls is None:
+        return grpc.insecure_channel(channel_target(target), options=CHANNEL_OPTIONS)
+    options = [*CHANNEL_OPTIONS, *tls.grpc_options()]
+    return grpc.secure_channel(channel_target(target), tls.grpc_credentials(), options=options)
 
-    def __init__(self, targets: Mapping[str, str], api_key: str | None) -> None:
+
+def _open_aio(target: str, tls: Tls | None) -> grpc.aio.Channel:
+    if tls is None:
+        return grpc.aio.insecure_channel(channel_target(target), options=CHANNEL_OPTIONS)
+    options = [*CHANNEL_OPTIONS, *tls.grpc_options()]
+    return grpc.aio.secure_channel(channel_target(target), tls.grpc_credentials(), options=options)
+
+
+class GrpcTransport:
+    """Blocking calls; safe to share between threads. ``tls`` None: plain text."""
+
+    def __init__(
+        self, targets: Mapping[str, str], api_key: str | None, tls: Tls | None = None
+    ) -> None:
         self._targets = _Targets(targets, api_key)
+        self._tls = tls
         self._channels: dict[str, grpc.Channel] = {}
         self._callables: dict[tuple[str, str], Callable[..., Any]] = {}
         self._lock = threading.Lock()
@@ -83,7 +101,7 @@ class GrpcTransport:
             if found is None:
                 channel = self._channels.get(target)
                 if channel is None:
-                    channel = grpc.insecure_channel(channel_target(target), options=CHANNEL_OPTIONS)
+                    channel = _open(target, self._tls)
                     self._channels[target] = channel
                 found = channel.unary_unary(
                     rpc.path,
@@ -114,8 +132,11 @@ class GrpcTransport:
 class AsyncGrpcTransport:
     """``grpc.aio`` calls, for one event loop."""
 
-    def __init__(self, targets: Mapping[str, str], api_key: str | None) -> None:
+    def __init__(
+        self, targets: Mapping[str, str], api_key: str | None, tls: Tls | None = None
+    ) -> None:
         self._targets = _Targets(targets, api_key)
+        self._tls = tls
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._callables: dict[tuple[str, str], Callable[..., Any]] = {}
 
@@ -126,7 +147,7 @@ class AsyncGrpcTransport:
         if found is None:
             channel = self._channels.get(target)
             if channel is None:
-                channel = grpc.aio.insecure_channel(channel_target(target), options=CHANNEL_OPTIONS)
+                channel = _open_aio(target, self._tls)
                 self._channels[target] = channel
             found = channel.unary_unary(
                 rpc.path,

@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import json
 import re
+import ssl
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
@@ -28,6 +29,7 @@ from reachstore import _json
 from reachstore._config import USER_AGENT
 from reachstore._errors import from_http_error, transport_error
 from reachstore._rpc import Rpc
+from reachstore._tls import Tls
 
 # `{name}`, `{name=*}` (one segment) or `{name=**}` (the rest of the path).
 _VARIABLE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_.]*)(?:=([^}]*))?\}")
@@ -164,11 +166,16 @@ def _failed(rpc: Rpc, exc: httpx.TransportError) -> Exception:
     return transport_error(grpc.StatusCode.UNAVAILABLE, f"{rpc.name}: no answer ({exc})")
 
 
+def _verify(tls: Tls | None) -> ssl.SSLContext | bool:
+    # An https:// URL without a Tls of its own is checked against the system's authorities.
+    return tls.ssl_context() if tls is not None else True
+
+
 class RestTransport:
     """Blocking calls through ``httpx.Client``; safe to share between threads."""
 
-    def __init__(self, base_url: str, api_key: str | None) -> None:
-        self._http = httpx.Client(base_url=base_url, headers=_headers(api_key))
+    def __init__(self, base_url: str, api_key: str | None, tls: Tls | None = None) -> None:
+        self._http = httpx.Client(base_url=base_url, headers=_headers(api_key), verify=_verify(tls))
 
     def call(self, rpc: Rpc, request: Message, timeout: float) -> Message:
         call = http_call(rpc, request)
@@ -187,8 +194,10 @@ class RestTransport:
 class AsyncRestTransport:
     """Calls through ``httpx.AsyncClient``."""
 
-    def __init__(self, base_url: str, api_key: str | None) -> None:
-        self._http = httpx.AsyncClient(base_url=base_url, headers=_headers(api_key))
+    def __init__(self, base_url: str, api_key: str | None, tls: Tls | None = None) -> None:
+        self._http = httpx.AsyncClient(
+            base_url=base_url, headers=_headers(api_key), verify=_verify(tls)
+        )
 
     async def call(self, rpc: Rpc, request: Message, timeout: float) -> Message:
         call = http_call(rpc, request)

@@ -1,7 +1,10 @@
-// Typed clients for the five reachstore services over gRPC (HTTP/2 without TLS, which is
-// what the Python grpcio servers of `reachstore up` speak), with the caller's key and a
-// default deadline on every call, and failed calls rejected with a ReachstoreError.
+// Typed clients for the five reachstore services over gRPC (HTTP/2: plain text, as a local
+// `reachstore up` speaks, or TLS when it was given a certificate), with the caller's key and
+// a default deadline on every call, and failed calls rejected with a ReachstoreError.
+import { readFileSync } from "node:fs";
+import type { SecureClientSessionOptions } from "node:http2";
 import type { DescService } from "@bufbuild/protobuf";
+import { checkServerIdentity } from "node:tls";
 import { createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
 import { Http2SessionManager, createGrpcTransport } from "@connectrpc/connect-node";
 import { KeyService } from "./gen/reachstore/admin/v1/key_service_pb.js";
@@ -33,6 +36,64 @@ export interface ClientOptions {
   timeoutMs?: number;
   /** More interceptors, run inside the ones added here. */
   interceptors?: Interceptor[];
+  /**
+   * TLS to a system started with `--tls-cert`. Without it, the REACHSTORE_TLS_CA_FILE,
+   * REACHSTORE_TLS_CERT_FILE, REACHSTORE_TLS_KEY_FILE and REACHSTORE_TLS_SERVER_NAME
+   * environment variables decide (plain text when none is set); `false` forces plain text.
+   */
+  tls?: TlsOptions | boolean;
+}
+
+/** Paths of PEM files, as the services take them. */
+export interface TlsOptions {
+  /** Authorities the server's certificate is checked against (default: Node's own). */
+  caFile?: string;
+  /** The client's certificate, for a system that requires mutual TLS; with `keyFile`. */
+  certFile?: string;
+  keyFile?: string;
+  /** The name the server's certificate must carry, when it is not `host`. */
+  serverName?: string;
+}
+
+/** The TLS the options ask for, or undefined for plain text. */
+export function resolveTls(tls: TlsOptions | boolean | undefined): TlsOptions | undefined {
+  if (tls === false) {
+    return undefined;
+  }
+  if (tls === true) {
+    return {};
+  }
+  if (tls !== undefined) {
+    return tls;
+  }
+  const env = process.env;
+  const fromEnv: TlsOptions = {
+    caFile: env["REACHSTORE_TLS_CA_FILE"] || undefined,
+    certFile: env["REACHSTORE_TLS_CERT_FILE"] || undefined,
+    keyFile: env["REACHSTORE_TLS_KEY_FILE"] || undefined,
+    serverName: env["REACHSTORE_TLS_SERVER_NAME"] || undefined,
+  };
+  return Object.values(fromEnv).some((value) => value !== undefined) ? fromEnv : undefined;
+}
+
+function sessionOptions(tls: TlsOptions): SecureClientSessionOptions {
+  if (Boolean(tls.certFile) !== Boolean(tls.keyFile)) {
+    throw new Error("tls.certFile and tls.keyFile go together: a certificate needs its key");
+  }
+  return {
+    ca: tls.caFile ? readFileSync(tls.caFile) : undefined,
+    cert: tls.certFile ? readFileSync(tls.certFile) : undefined,
+    key: tls.keyFile ? readFileSync(tls.keyFile) : undefined,
+    servername: tls.serverName,
+    // Node checks the name itself; an IP address is checked against the certificate's
+    // IP entries.
+    ...(tls.serverName
+      ? {
+          checkServerIdentity: (_host: string, cert) =>
+            checkServerIdentity(tls.serverName as string, cert),
+        }
+      : {}),
+  };
 }
 
 export interface ReachstoreClients {
@@ -95,9 +156,12 @@ export function createClients(options: ClientOptions = {}): ReachstoreClients {
   // idle connection does not keep Node running, but a script that is done should not
   // have to wait for the server to notice.
   const sessions: Http2SessionManager[] = [];
+  const tls = resolveTls(options.tls);
+  const secure = tls ? sessionOptions(tls) : undefined;
   const transportFor = (port: number): Transport => {
-    const baseUrl = `http://${host.includes(":") ? `[${host}]` : host}:${port}`;
-    const sessionManager = new Http2SessionManager(baseUrl);
+    const scheme = tls ? "https" : "http";
+    const baseUrl = `${scheme}://${host.includes(":") ? `[${host}]` : host}:${port}`;
+    const sessionManager = new Http2SessionManager(baseUrl, undefined, secure);
     sessions.push(sessionManager);
     return createGrpcTransport({
       baseUrl,

@@ -6,7 +6,9 @@ export {
   withReachstoreErrors,
   DEFAULT_GRPC_PORT_BASE,
   DEFAULT_TIMEOUT_MS,
+  resolveTls,
   type ClientOptions,
+  type TlsOptions,
   type ReachstoreClients,
 } from "./clients.js";
 export { ReachstoreError, categoryName, type CategoryName } from "./errors.js";

@@ -31,6 +31,7 @@ from services.reach.api import convert, visibility
 from services.reach.api.operator import OperatorCalls, action_not_found, replica_name
 from services.reach.channels.base import Channel, Outgoing
 from services.reach.config import ReachConfig
+from services.reach.idempotency import KeySecrets
 from services.reach.metrics import ReachMetrics
 from services.reach.planning import MAX_ACTIONS, plan_task
 from services.reach.policy.breaker import CircuitBreaker
@@ -53,11 +54,14 @@ class ReachServicer(OperatorCalls, pb_grpc.ReachServiceServicer):
         breakers: Mapping[str, CircuitBreaker],
         wake: Callable[[], None],
         changes: TaskChanges,
+        *,
+        key_secrets: KeySecrets,
         metrics: ReachMetrics | None = None,
         replica: str = "",
         masker: Masker | None = None,
     ) -> None:
         self._store = store
+        self._key_secrets = key_secrets
         self._config = config
         self._channels = channels
         self._breakers = breakers
@@ -84,6 +88,7 @@ class ReachServicer(OperatorCalls, pb_grpc.ReachServiceServicer):
             self._channels,
             trace_from_metadata(tuple(context.invocation_metadata() or ())),
             dt.datetime.fromtimestamp(now, dt.UTC),
+            key_secrets=self._key_secrets,
         )
         # The call's audit event names the keys it reserves (or would reserve).
         outbox.annotate(plan.caller_key or " ".join(a.idem_key for a in plan.actions))

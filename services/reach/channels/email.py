@@ -108,11 +108,20 @@ class EmailOptions:
         send_timeout_s = reader.seconds("send_timeout_s", max(20.0, timeout_s))
         if send_timeout_s < timeout_s:
             raise reader.error("send_timeout_s", "must be at least timeout_s")
+        # With credentials, STARTTLS unless told otherwise, and never without it: the
+        # password would cross the network in clear (docs/SECURITY.md).
+        starttls = reader.boolean("starttls", username is not None)
+        if username is not None and not starttls:
+            raise reader.error(
+                "starttls",
+                "must be true with username_env and password_env: the password would cross "
+                "the network in clear",
+            )
         options = cls(
             host=host,
             sender=sender,
             port=reader.integer("port", 25, low=1, high=65535),
-            starttls=reader.boolean("starttls", False),
+            starttls=starttls,
             username=username,
             password=password,
             timeout_s=timeout_s,

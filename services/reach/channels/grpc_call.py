@@ -32,6 +32,7 @@ from google.rpc import error_details_pb2, status_pb2
 from grpc_reflection.v1alpha import reflection_pb2
 
 from services.common.config_errors import ConfigError
+from services.common.tls import PLAIN, TlsFiles, load_tls, secure_aio_channel, secure_channel
 from services.reach.channels.base import (
     SNIPPET_CHARS,
     Answer,
@@ -94,6 +95,8 @@ class GrpcOptions:
     timeout_s: float = 8.0
     token: str | None = dataclasses.field(default=None, repr=False)
     idempotency_metadata: bool = False
+    # None: plain text, which the settings must ask for (``tls = false``).
+    tls: TlsFiles | None = dataclasses.field(default=None, repr=False)
 
     @property
     def service(self) -> str:
@@ -123,9 +126,34 @@ class GrpcOptions:
             timeout_s=reader.seconds("timeout_s", 8.0),
             token=reader.secret("token_env"),
             idempotency_metadata=reader.boolean("idempotency_metadata", False),
+            tls=_tls(reader, where),
         )
         reader.finish()
         return options
+
+
+def _tls(reader: TableReader, where: str) -> TlsFiles | None:
+    """TLS unless the settings say ``tls = false``: the call carries a bearer token and
+    the action's parameters, which must not cross a network in clear by default. The
+    files are checked now, like every other setting."""
+    keys = ("cert_file", "key_file", "ca_file", "server_name")
+    paths = {key: reader.optional_text(key) for key in keys}
+    if not reader.boolean("tls", True):
+        given = [key for key, value in paths.items() if value]
+        if given:
+            raise reader.error(given[0], "needs tls = true")
+        return None
+    files = load_tls(
+        {
+            "cert": paths["cert_file"] or "",
+            "key": paths["key_file"] or "",
+            "ca": paths["ca_file"] or "",
+        },
+        server_name=paths["server_name"] or "",
+        names=(f"{where}.cert_file", f"{where}.key_file", f"{where}.ca_file"),
+    )
+    # Without a CA file the target is checked against the system's trust store.
+    return dataclasses.replace(files, system_trust=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -258,7 +286,8 @@ class GrpcCallChannel:
     def _grpc(self) -> grpc.aio.Channel:
         # Created lazily so that it belongs to the event loop that uses it.
         if self._channel is None:
-            self._channel = grpc.aio.insecure_channel(self.options.target, options=_CHANNEL_OPTIONS)
+            tls = self.options.tls or PLAIN
+            self._channel = secure_aio_channel(self.options.target, tls, _CHANNEL_OPTIONS)
         return self._channel
 
     def _auth(self) -> list[tuple[str, str]]:
@@ -280,13 +309,7 @@ class GrpcCallChannel:
             self._lock = asyncio.Lock()
         async with self._lock:  # one reflection exchange even when many actions start at once
             if self._types is None:
-                files = await asyncio.to_thread(
-                    reflect,
-                    self.options.target,
-                    self.options.service,
-                    self.options.timeout_s,
-                    self._auth(),
-                )
+                files = await asyncio.to_thread(reflect, self.options, self._auth())
                 self._types = method_types(files, self.options.method)
             return self._types
 
@@ -414,12 +437,9 @@ def _status_error(exc: Any, duration_ms: int, prefix: str = "") -> ChannelError:
 
 
 def reflect(
-    target: str,
-    service: str,
-    timeout_s: float,
-    metadata: list[tuple[str, str]],
+    options: GrpcOptions, metadata: list[tuple[str, str]]
 ) -> list[descriptor_pb2.FileDescriptorProto]:
-    """Asks the target's server reflection for the file defining ``service`` and every
+    """Asks the target's server reflection for the file defining the service and every
     file it imports (those the server did not already send along). Blocking: run it in
     a worker thread.
 
@@ -434,22 +454,22 @@ def reflect(
     Request = reflection_pb2.ServerReflectionRequest
     files: dict[str, descriptor_pb2.FileDescriptorProto] = {}
     unresolved: set[str] = set()  # left to the process's own pool (well-known types)
-    with grpc.insecure_channel(target, options=_CHANNEL_OPTIONS) as channel:
+    with secure_channel(options.target, options.tls or PLAIN, _CHANNEL_OPTIONS) as channel:
         ask = channel.stream_stream(
             REFLECTION_METHOD,
             request_serializer=Request.SerializeToString,
             response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
         )
-        request: Any = Request(file_containing_symbol=service)
+        request: Any = Request(file_containing_symbol=options.service)
         while request is not None:
-            responses = list(ask(iter((request,)), timeout=timeout_s, metadata=metadata))
+            responses = list(ask(iter((request,)), timeout=options.timeout_s, metadata=metadata))
             if not responses:
                 raise LookupError("the reflection service gave no answer")
             response = responses[0]
             if response.HasField("error_response"):
                 if request.HasField("file_containing_symbol"):
                     message = response.error_response.error_message
-                    raise LookupError(f"the server does not know {service}: {message}")
+                    raise LookupError(f"the server does not know {options.service}: {message}")
                 unresolved.add(request.file_by_filename)
             for raw in response.file_descriptor_response.file_descriptor_proto:
                 proto = descriptor_pb2.FileDescriptorProto.FromString(raw)

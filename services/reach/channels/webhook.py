@@ -25,6 +25,7 @@ default) is not a promise that the receiver de-duplicates: only the channel's
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import json
 import logging
 from collections.abc import Mapping
@@ -81,9 +82,19 @@ class WebhookOptions:
                 if PLACEHOLDER not in template:
                     raise reader.error(key, f"must contain {PLACEHOLDER}")
                 _check_http_url(reader, key, template.replace(PLACEHOLDER, "x"))
+        token = reader.secret("token_env")
+        if token is not None:
+            urls = {"url": url, "status_url": status_url, "cancel_url": cancel_url}
+            for key, value in urls.items():
+                if value is not None and _in_clear_beyond_loopback(value.replace(PLACEHOLDER, "x")):
+                    raise reader.error(
+                        key,
+                        "must be https:// with token_env set (the token would cross the "
+                        "network in clear; http:// is accepted for loopback receivers only)",
+                    )
         options = cls(
             url=url,
-            token=reader.secret("token_env"),
+            token=token,
             idempotency_header=reader.boolean("idempotency_header", True),
             status_url=status_url,
             cancel_url=cancel_url,
@@ -93,6 +104,18 @@ class WebhookOptions:
         )
         reader.finish()
         return options
+
+
+def _in_clear_beyond_loopback(value: str) -> bool:
+    url = httpx.URL(value)
+    if url.scheme != "http":
+        return False
+    if url.host == "localhost":
+        return False
+    try:
+        return not ipaddress.ip_address(url.host).is_loopback
+    except ValueError:
+        return True
 
 
 def _check_http_url(reader: TableReader, key: str, value: str) -> None:

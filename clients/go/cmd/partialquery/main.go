@@ -12,6 +12,9 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -19,6 +22,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -33,13 +37,24 @@ func main() {
 	topK := flag.Int("top-k", 2, "how many merged results to return")
 	apiKey := flag.String("api-key", os.Getenv("REACHSTORE_API_KEY"), "the API key, sent as an authorization: Bearer header")
 	timeout := flag.Duration("timeout", 10*time.Second, "deadline of the call")
+	var t tlsFlags
+	flag.StringVar(&t.caFile, "tls-ca", os.Getenv("REACHSTORE_TLS_CA_FILE"), "PEM authorities the server's certificate is checked against; setting it (or -tls-cert) turns TLS on")
+	flag.StringVar(&t.certFile, "tls-cert", os.Getenv("REACHSTORE_TLS_CERT_FILE"), "PEM client certificate, for a system that requires mutual TLS")
+	flag.StringVar(&t.keyFile, "tls-key", os.Getenv("REACHSTORE_TLS_KEY_FILE"), "its PEM private key")
+	flag.StringVar(&t.serverName, "tls-server-name", os.Getenv("REACHSTORE_TLS_SERVER_NAME"), "the name the server's certificate must carry, when it is not the host in -addr")
+	flag.BoolVar(&t.on, "tls", false, "speak TLS, trusting the system's authorities unless -tls-ca says otherwise")
 	flag.Parse()
 	if *addr == "" {
 		fmt.Fprintln(os.Stderr, "usage: partialquery -addr HOST:PORT [-namespaces a,b] [-query TEXT]")
 		flag.PrintDefaults()
 		os.Exit(2)
 	}
-	if err := run(*addr, *apiKey, *timeout, &queryv1.QueryRequest{
+	transport, err := t.dialOption()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	if err := run(*addr, *apiKey, *timeout, transport, &queryv1.QueryRequest{
 		Namespaces: strings.Split(*namespaces, ","),
 		Query:      *question,
 		TopK:       int32(*topK),
@@ -49,14 +64,50 @@ func main() {
 	}
 }
 
-func run(addr, apiKey string, timeout time.Duration, req *queryv1.QueryRequest) error {
+// tlsFlags are the TLS settings, the same ones the services read from the environment.
+type tlsFlags struct {
+	on                                     bool
+	caFile, certFile, keyFile, serverName string
+}
+
+// dialOption is plain text unless a TLS flag is given: a local `reachstore up` speaks plain
+// text, one started with --tls-cert only TLS.
+func (t tlsFlags) dialOption() (grpc.DialOption, error) {
+	if !t.on && t.caFile == "" && t.certFile == "" {
+		// grpc 1.33 has no credentials/insecure.
+		return grpc.WithInsecure(), nil
+	}
+	config := &tls.Config{ServerName: t.serverName, MinVersion: tls.VersionTLS12}
+	if t.caFile != "" {
+		pem, err := os.ReadFile(t.caFile)
+		if err != nil {
+			return nil, fmt.Errorf("-tls-ca: %w", err)
+		}
+		config.RootCAs = x509.NewCertPool()
+		if !config.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("-tls-ca: %s holds no PEM certificate", t.caFile)
+		}
+	}
+	if (t.certFile == "") != (t.keyFile == "") {
+		return nil, errors.New("-tls-cert and -tls-key go together")
+	}
+	if t.certFile != "" {
+		pair, err := tls.LoadX509KeyPair(t.certFile, t.keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("-tls-cert/-tls-key: %w", err)
+		}
+		config.Certificates = []tls.Certificate{pair}
+	}
+	return grpc.WithTransportCredentials(credentials.NewTLS(config)), nil
+}
+
+func run(addr, apiKey string, timeout time.Duration, transport grpc.DialOption, req *queryv1.QueryRequest) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	if apiKey != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+apiKey)
 	}
-	// Plain text, as `reachstore up` serves locally; grpc 1.33 has no credentials/insecure.
-	conn, err := grpc.DialContext(ctx, addr, grpc.WithInsecure())
+	conn, err := grpc.DialContext(ctx, addr, transport)
 	if err != nil {
 		return fmt.Errorf("dial %s: %w", addr, err)
 	}
