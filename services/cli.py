@@ -15,7 +15,6 @@ import ctypes
 import ctypes.util
 import datetime as dt
 import hashlib
-import ipaddress
 import os
 import signal
 import socket
@@ -40,7 +39,8 @@ from services.cli_client.exit_codes import TOP_LEVEL_HELP as EXIT_CODES_HELP
 from services.cli_keys import add_keys_parser
 from services.cli_serve import add_serve_parser
 from services.common.auth import LOCAL_TENANT, SERVICE_TENANT
-from services.common.config import ConfigError, Settings
+from services.common.config import INSECURE, ConfigError, Settings
+from services.common.hosts import is_loopback
 from services.common.kept_audit_keys import keep_audit_keys
 from services.common.kept_secrets import KEPT_SECRETS, kept_secret
 from services.common.pii import masker_from_env
@@ -305,6 +305,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     )
     if args.require_keys:
         env["REACHSTORE_REQUIRE_KEYS"] = "true"
+    if args.insecure:
+        env[INSECURE] = "true"
     if args.database_url:
         env["REACHSTORE_DATABASE_URL"] = args.database_url
     if args.reach_config:
@@ -335,14 +337,14 @@ def cmd_up(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         _fail(f"bad setting: {exc}")
         return 2
-    if not settings.require_keys and not _is_loopback(args.host):
+    if not settings.require_keys and not is_loopback(args.host):
         _fail(
             f"refusing to listen on {args.host} without API keys: anyone who can reach it could "
             "read and change everything. Use --require-keys (or REACHSTORE_REQUIRE_KEYS=true) "
             "and create keys with `reachstore keys create`, or listen on 127.0.0.1."
         )
         return 2
-    if not _is_loopback(args.host) and not settings.tls.serving and not args.insecure:
+    if not is_loopback(args.host) and not settings.tls.serving and not settings.insecure:
         _fail(
             f"refusing to listen on {args.host} without TLS: API keys and everything else "
             "would cross the network in plain text. Give --tls-cert and --tls-key (or "
@@ -402,15 +404,6 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -16,11 +16,14 @@ from pathlib import Path
 
 from services.common.channels import split_addresses
 from services.common.config_errors import ConfigError
+from services.common.hosts import is_loopback
 from services.common.limits import Limits
+from services.common.tls import CERT_FILE, KEY_FILE, PLAIN, TlsFiles, tls_from_env
 from services.common.tls import ENVIRONMENT as TLS_ENVIRONMENT
-from services.common.tls import PLAIN, TlsFiles, tls_from_env
 
-__all__ = ["ENVIRONMENT", "ConfigError", "Settings"]
+__all__ = ["ENVIRONMENT", "INSECURE", "ConfigError", "Settings"]
+
+INSECURE = "REACHSTORE_INSECURE"
 
 # name -> (default, meaning). The REACHSTORE_LIMIT_* variables are listed, with their
 # defaults, in ``limits.ENVIRONMENT``.
@@ -153,6 +156,12 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
         "0",
         "Fault injection for tests and drills: every index rebuild first waits this long.",
     ),
+    "REACHSTORE_INSECURE": (
+        "false",
+        "true: a component may listen beyond loopback in plain text (only where the network "
+        "itself is encrypted, e.g. a service mesh); otherwise it refuses to start without "
+        "REACHSTORE_TLS_CERT_FILE (`up --insecure` sets it).",
+    ),
     "REACHSTORE_REQUIRE_KEYS": (
         "false",
         "true: every call must present an API key. false (local development): a call "
@@ -255,6 +264,29 @@ def _ingest_lease(env: Mapping[str, str]) -> tuple[float, float]:
     return lease_s, heartbeat_s
 
 
+def _check_exposure(
+    name: str, address: str, require_keys: bool, tls: TlsFiles, insecure: bool
+) -> None:
+    """A component that listens beyond loopback needs keys (anyone who can reach it could
+    otherwise read and change everything) and TLS (keys and data would cross the network
+    in clear), the way `reachstore up` insists (docs/SECURITY.md, "TLS")."""
+    host = address.rpartition(":")[0]
+    if is_loopback(host):
+        return
+    if not require_keys:
+        raise ConfigError(
+            f"{name}={address} is beyond loopback without API keys: set "
+            "REACHSTORE_REQUIRE_KEYS=true (and create keys with `reachstore keys create`), "
+            "or listen on 127.0.0.1"
+        )
+    if not tls.serving and not insecure:
+        raise ConfigError(
+            f"{name}={address} is beyond loopback without TLS: keys and data would cross the "
+            f"network in clear. Set {CERT_FILE} and {KEY_FILE}, or {INSECURE}=true where the "
+            "network itself is encrypted"
+        )
+
+
 def _hosts(env: Mapping[str, str], require_keys: bool) -> tuple[str, ...]:
     name = "REACHSTORE_HTTP_ALLOWED_HOSTS"
     hosts = tuple(h.strip().lower() for h in env.get(name, "").split(",") if h.strip())
@@ -333,6 +365,7 @@ class Settings:
     http_allowed_hosts: tuple[str, ...] = ()
     http_allowed_origins: tuple[str, ...] = ()
     tls: TlsFiles = PLAIN
+    insecure: bool = False
 
     @classmethod
     def from_env(
@@ -355,6 +388,11 @@ class Settings:
                 "REACHSTORE_QUERY_TIMEOUT_CAP_MS"
             )
         require_keys = _bool(env, "REACHSTORE_REQUIRE_KEYS")
+        tls = tls_from_env(env)
+        insecure = _bool(env, INSECURE)
+        for name in ("REACHSTORE_LISTEN", "REACHSTORE_METRICS_LISTEN"):
+            if env.get(name):
+                _check_exposure(name, _address(env, name), require_keys, tls, insecure)
         return cls(
             data_dir=data_dir,
             database_url=database_url,
@@ -392,5 +430,6 @@ class Settings:
             ingest_heartbeat_s=ingest_heartbeat_s,
             http_allowed_hosts=_hosts(env, require_keys),
             http_allowed_origins=_origins(env),
-            tls=tls_from_env(env),
+            tls=tls,
+            insecure=insecure,
         )

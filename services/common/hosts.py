@@ -37,3 +37,15 @@ def listen_host(listen: str) -> str | None:
     if address.is_unspecified:
         return None
     return f"[{address}]" if address.version == 6 else str(address)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a listen host (``127.0.0.1``, ``::1``, ``[::1]``, ``localhost``) reaches only
+    this machine."""
+    host = host.strip("[]").lower()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

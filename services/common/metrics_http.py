@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import ssl
 import threading
 from collections.abc import Callable, Iterable
 from socketserver import ThreadingMixIn
@@ -23,6 +24,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
 from services.common.hosts import LOOPBACK_HOSTS, host_name, listen_host
+from services.common.tls import PLAIN, TlsFiles
 
 Environ = dict[str, Any]
 StartResponse = Callable[..., Any]
@@ -68,10 +70,14 @@ class _QuietHandler(WSGIRequestHandler):
 
 
 def serve_metrics(
-    address: str, registry: CollectorRegistry, allowed_hosts: Iterable[str] = ()
+    address: str,
+    registry: CollectorRegistry,
+    allowed_hosts: Iterable[str] = (),
+    tls: TlsFiles = PLAIN,
 ) -> None:
-    """Serves ``registry`` in Prometheus text format at http://address/metrics, on a
-    daemon thread, behind ``host_guard``."""
+    """Serves ``registry`` in Prometheus text format at http://address/metrics (https://
+    with the component's certificate when it serves TLS: the figures tell what every
+    tenant does), on a daemon thread, behind ``host_guard``."""
     host, _, port = address.rpartition(":")
     host = host.strip("[]")
     server_class: type[WSGIServer] = _ThreadingServer6 if ":" in host else _ThreadingServer
@@ -79,4 +85,12 @@ def serve_metrics(
     server = make_server(
         host, int(port), app, server_class=server_class, handler_class=_QuietHandler
     )
+    if tls.serving:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(tls.cert_path, tls.key_path)
+        # The handshake happens on the handler thread's first read, so a caller that never
+        # finishes one does not hold up accepting the next.
+        server.socket = context.wrap_socket(
+            server.socket, server_side=True, do_handshake_on_connect=False
+        )
     threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()

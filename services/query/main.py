@@ -61,7 +61,7 @@ async def _run(settings: Settings) -> None:
     # The outbox is the deployment's, in the shared store: this process shows all of it.
     metrics.registry.register(OutboxGauges(make_sessions(engine)))
     if settings.metrics_listen:
-        metrics.serve(settings.metrics_listen, settings.http_allowed_hosts)
+        metrics.serve(settings.metrics_listen, settings.http_allowed_hosts, settings.tls)
     pool = concurrent.futures.ThreadPoolExecutor(SEARCH_THREADS, thread_name_prefix="search")
     servicer = QueryServicer(
         store,

@@ -9,6 +9,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
 from services.common.metrics_http import serve_metrics
+from services.common.tls import PLAIN, TlsFiles
 
 
 class QueryMetrics:
@@ -51,7 +52,7 @@ class QueryMetrics:
             category = pf_pb2.Category.Name(failure.category).removeprefix("CATEGORY_").lower()
             self.namespace_failures.labels(category, failure.error_code).inc()
 
-    def serve(self, address: str, allowed_hosts: Iterable[str] = ()) -> None:
+    def serve(self, address: str, allowed_hosts: Iterable[str] = (), tls: TlsFiles = PLAIN) -> None:
         """Exposes the metrics in Prometheus text format at http://address/metrics, to
         the hosts ``services/common/metrics_http.py`` lets in."""
-        serve_metrics(address, self.registry, allowed_hosts)
+        serve_metrics(address, self.registry, allowed_hosts, tls)

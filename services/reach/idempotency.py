@@ -106,12 +106,17 @@ def canonical_params(params: Mapping[str, Any], whitelist: Sequence[str]) -> str
     )
 
 
-def params_digest(params: Mapping[str, Any], whitelist: Sequence[str], secret: bytes) -> str:
-    """The first 16 hex characters of HMAC-SHA256(secret, "reach-params" NUL canonical
-    parameters) (``canonical_params``). Keyed: the parameters that matter are often a phone
-    number or an e-mail address, which a plain hash would let anyone confirm by guessing."""
+def params_digest(
+    params: Mapping[str, Any], whitelist: Sequence[str], secret: bytes, tenant: str
+) -> str:
+    """The first 16 hex characters of HMAC-SHA256(secret, "reach-params" NUL tenant NUL
+    canonical parameters) (``canonical_params``). Keyed: the parameters that matter are
+    often a phone number or an e-mail address, which a plain hash would let anyone confirm
+    by guessing. The tenant is in it because channels, and so the function, are the whole
+    deployment's: without it any tenant could have the digest of a guess made (a
+    ``validate_only`` submission sends nothing) and match it against another tenant's keys."""
     text = canonical_params(params, whitelist)
-    return _hmac(secret, "reach-params", text)[:DIGEST_CHARS]
+    return _hmac(secret, "reach-params", tenant, text)[:DIGEST_CHARS]
 
 
 def entity_part(secret: bytes, tenant: str, entity_id: str) -> str:
@@ -302,7 +307,7 @@ def build_key(
         tenant,
         entity_part(secret, tenant, entity_id),
         action_type,
-        params_digest(params, whitelist, secret),
+        params_digest(params, whitelist, secret, tenant),
         window_bucket(at, window),
     )
 

@@ -62,7 +62,7 @@ async def _run(
     metrics = ReachMetrics()
     metrics.count_states_from(store.count_by_state)
     if settings.metrics_listen:
-        metrics.serve(settings.metrics_listen, settings.http_allowed_hosts)
+        metrics.serve(settings.metrics_listen, settings.http_allowed_hosts, settings.tls)
     changes = TaskChanges()
     executor = Executor(
         store,

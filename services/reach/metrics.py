@@ -17,6 +17,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from services.common.metrics_http import serve_metrics
+from services.common.tls import PLAIN, TlsFiles
 
 BREAKER_VALUES = {"closed": 0, "half_open": 1, "open": 2}
 
@@ -81,7 +82,7 @@ class ReachMetrics:
     def count_states_from(self, counts: Callable[[], dict[tuple[str, str], int]]) -> None:
         self.registry.register(_StateCounts(counts))
 
-    def serve(self, address: str, allowed_hosts: Iterable[str] = ()) -> None:
+    def serve(self, address: str, allowed_hosts: Iterable[str] = (), tls: TlsFiles = PLAIN) -> None:
         """Exposes the metrics in Prometheus text format at http://address/metrics, to
         the hosts ``services/common/metrics_http.py`` lets in."""
-        serve_metrics(address, self.registry, allowed_hosts)
+        serve_metrics(address, self.registry, allowed_hosts, tls)

@@ -7,6 +7,7 @@ loopback with keys but without TLS, unless told `--insecure`."""
 
 from __future__ import annotations
 
+import os
 import socket
 import ssl
 import subprocess
@@ -307,3 +308,25 @@ def test_the_go_client_speaks_tls_to_the_query_service(
         refused = run(*flags)
         assert refused.returncode == 1, (flags, refused.stdout)
         assert "coverage" not in refused.stdout
+
+
+def test_the_readiness_probe_speaks_tls(tls_system: RunningSystem, certs: CertSet) -> None:
+    """`python -m services.probe`, which the Kubernetes example runs in place of the
+    kubelet's gRPC probe (that one cannot speak TLS)."""
+    port = str(tls_system.grpc_port_base)
+    service = "reachstore.query.v1.QueryService"
+
+    def probe(env: dict[str, str], *args: str) -> int:
+        clean = {k: v for k, v in os.environ.items() if not k.startswith("REACHSTORE_TLS_")}
+        command = [sys.executable, "-m", "services.probe", port, service, *args]
+        done = subprocess.run(
+            command, cwd=ROOT, env={**clean, **env}, capture_output=True, timeout=30
+        )
+        return done.returncode
+
+    trusting = {"REACHSTORE_TLS_CA_FILE": certs.ca}
+    assert probe(trusting, "reachstore.test") == 0
+    assert probe(trusting) == 0  # 127.0.0.1 is in this certificate too
+    assert probe(trusting, "elsewhere.test") == 1
+    assert probe({}) == 1  # plain text gets nothing
+    assert probe({"REACHSTORE_TLS_CA_FILE": certs.path("other-ca.pem")}) == 1

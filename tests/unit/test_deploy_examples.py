@@ -86,12 +86,18 @@ def test_kubernetes_has_a_deployment_and_service_per_component_that_agree() -> N
         [service_port] = by_kind["Service"][name]["spec"]["ports"]
         assert service_port["port"] == service_port["targetPort"] == listen
         probe = container["readinessProbe"]
-        if "grpc" in probe:
-            assert probe["grpc"]["port"] == listen
-            assert probe["grpc"]["service"] in SERVICE_NAMES
-            assert probe["grpc"]["service"].split(".")[1] == name
+        if "exec" in probe:
+            # The kubelet's own gRPC probe cannot speak TLS: services/probe.py does.
+            command = probe["exec"]["command"]
+            assert command[:3] == ["python", "-m", "services.probe"]
+            port, service, cert_name = command[3:]
+            assert int(port) == listen
+            assert service in SERVICE_NAMES and service.split(".")[1] == name
+            assert cert_name == name  # the Service name the certificate carries
         else:
-            assert probe["httpGet"] == {"path": "/readyz", "port": listen}
+            assert probe["httpGet"] == {"path": "/readyz", "port": listen, "scheme": "HTTPS"}
+        mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+        assert shared["REACHSTORE_TLS_CERT_FILE"].startswith(mounts["tls"] + "/")
         if name in ADDRESS_SETTING:
             host, _, port = shared[ADDRESS_SETTING[name]].rpartition(":")
             assert (host, int(port)) == (name, listen)

@@ -30,11 +30,12 @@ from services.reach.idempotency import (
 
 UTC = datetime.UTC
 SECRET = b"unit-test-key-secret-0123456789"
+TENANT = "acme"
 OTHER = b"unit-test-key-secret-rotated-01"
 
 
 def digest(params: Any, whitelist: Any) -> str:
-    return params_digest(params, whitelist, SECRET)
+    return params_digest(params, whitelist, SECRET, TENANT)
 
 
 def at(
@@ -114,11 +115,11 @@ def test_naive_datetimes_and_unknown_windows_are_refused() -> None:
 # --- digest ----------------------------------------------------------------------------
 
 
-def test_the_digest_is_an_hmac_under_the_secret_of_the_canonical_json() -> None:
+def test_the_digest_is_an_hmac_under_the_secret_of_the_tenant_and_canonical_json() -> None:
     params = {"name": "Zoë", "amount": 12.0, "meta": {"z": 1, "a": [1.5, None, True]}}
     canonical = '{"amount":12,"meta":{"a":[1.5,null,true],"z":1},"name":"Zoë"}'
     assert canonical_params(params, []) == canonical
-    message = ("reach-params\x00" + canonical).encode()
+    message = ("reach-params\x00" + TENANT + "\x00" + canonical).encode()
     expected = hmac.new(SECRET, message, hashlib.sha256).hexdigest()[:16]
     assert digest(params, []) == expected
     picked = '{"amount":12,"name":"Zoë"}'
@@ -129,8 +130,10 @@ def test_the_digest_is_an_hmac_under_the_secret_of_the_canonical_json() -> None:
 
 def test_another_secret_gives_another_digest() -> None:
     params = {"to": "+8613800138000"}
-    assert params_digest(params, ["to"], OTHER) != digest(params, ["to"])
-    assert params_digest(params, ["to"], SECRET) == digest(params, ["to"])
+    assert params_digest(params, ["to"], OTHER, TENANT) != digest(params, ["to"])
+    assert params_digest(params, ["to"], SECRET, TENANT) == digest(params, ["to"])
+    # Another tenant gets another digest of the same parameters.
+    assert params_digest(params, ["to"], SECRET, "globex") != digest(params, ["to"])
 
 
 def test_key_order_does_not_matter_at_any_depth() -> None:
