@@ -12,15 +12,17 @@ import asyncio
 import datetime as dt
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from services.audit.signing import PrivateKey
 from services.audit.store import AuditStore
 from services.audit.witness import Delivery
+from services.common.metrics_http import serve_metrics
+from services.common.tls import PLAIN, TlsFiles
 
 log = logging.getLogger(__name__)
 
@@ -85,9 +87,14 @@ class CheckpointAges(Collector):
             yield family
 
 
-def serve_metrics(checkpointer: Checkpointer, address: str) -> None:
-    """Exposes the ages in Prometheus text format at http://address/metrics."""
+def serve_ages(
+    checkpointer: Checkpointer,
+    address: str,
+    allowed_hosts: Iterable[str] = (),
+    tls: TlsFiles = PLAIN,
+) -> None:
+    """Exposes the ages in Prometheus text format at http://address/metrics, behind the
+    same host and TLS rules as every metrics port (``services/common/metrics_http.py``)."""
     registry = CollectorRegistry()
     registry.register(CheckpointAges(checkpointer))
-    host, _, port = address.rpartition(":")
-    start_http_server(int(port), addr=host, registry=registry)
+    serve_metrics(address, registry, allowed_hosts, tls)

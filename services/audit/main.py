@@ -13,7 +13,7 @@ import os
 
 from reachstore.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
 from services.audit.api.servicer import AuditServicer
-from services.audit.checkpointing import Checkpointer, serve_metrics
+from services.audit.checkpointing import Checkpointer, serve_ages
 from services.audit.signing import (
     CheckpointKeys,
     PrivateKey,
@@ -43,7 +43,7 @@ async def _run(settings: Settings, key: PrivateKey, witnesses: list[Witness]) ->
     checkpointer = Checkpointer(store, key, Delivery(witnesses, key))
     await asyncio.to_thread(checkpointer.start)
     if settings.metrics_listen:
-        serve_metrics(checkpointer, settings.metrics_listen)
+        serve_ages(checkpointer, settings.metrics_listen, settings.http_allowed_hosts, settings.tls)
     verifier = Verifier(
         CheckpointKeys(key.public, legacy_key_from_env(os.environ)),
         witnesses,
