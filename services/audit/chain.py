@@ -16,7 +16,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import operator
 from collections.abc import Mapping
+from json.encoder import encode_basestring
 from typing import Any
 
 from services.common.config_errors import ConfigError
@@ -47,7 +49,43 @@ def canonical_json(value: Any) -> str:
 
 def event_hash(event: Mapping[str, Any]) -> str:
     """The hash of an event given as a mapping of (at least) ``HASHED_FIELDS``."""
-    body = canonical_json({field: event[field] for field in HASHED_FIELDS})
+    return values_hash(tuple(event[field] for field in HASHED_FIELDS))
+
+
+# ``canonical_json`` of the hashed fields, spelled out: the keys in sorted order with the
+# value slots between them, filled by the same C string encoder ``json.dumps`` uses. Built
+# once, it makes an event's hash about three times cheaper than ``json.dumps`` of a dict,
+# which is most of what verifying a chain costs (bench/bench_audit.py).
+_SORTED = sorted(range(len(HASHED_FIELDS)), key=lambda i: HASHED_FIELDS[i])
+_TEMPLATE = (
+    "".join(
+        ("{" if n == 0 else ",") + encode_basestring(HASHED_FIELDS[i]) + ":%s"
+        for n, i in enumerate(_SORTED)
+    )
+    + "}"
+)
+
+
+# Every hashed field is text but ``duration_ms``, an integer; its slot in sorted order.
+_INT_FIELD = HASHED_FIELDS.index("duration_ms")
+_INT_SLOT = _SORTED.index(_INT_FIELD)
+_TEXT_FIELDS = operator.itemgetter(*(i for i in _SORTED if i != _INT_FIELD))
+
+
+def values_hash(values: tuple[Any, ...]) -> str:
+    """The hash of an event given as its ``HASHED_FIELDS`` values, in that order. Text and
+    an integer ``duration_ms`` take the fast path; anything else (a NULL someone wrote
+    into the table, say) is encoded by ``canonical_json`` itself, so both paths agree."""
+    duration = values[_INT_FIELD]
+    if type(duration) is int:
+        try:
+            parts = list(map(encode_basestring, _TEXT_FIELDS(values)))
+        except TypeError:  # a value that is not text
+            parts = None
+        if parts is not None:
+            parts.insert(_INT_SLOT, int.__repr__(duration))
+            return hashlib.sha256((_TEMPLATE % tuple(parts)).encode("utf-8")).hexdigest()
+    body = canonical_json(dict(zip(HASHED_FIELDS, values, strict=True)))
     return hashlib.sha256(body.encode("utf-8")).hexdigest()
 
 

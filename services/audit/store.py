@@ -14,11 +14,12 @@ import datetime as dt
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from services.audit.chain import GENESIS, HASHED_FIELDS, event_hash
+from services.audit.parallel_walk import parallel_walker
 from services.audit.signing import CheckpointKeys, PrivateKey
 from services.audit.verify import Cadence, Report, WitnessedHeads, verify_chain
 from services.audit.witness import Head
@@ -219,9 +220,21 @@ class AuditStore:
                 AuditCheckpointRow.tenant == tenant, AuditCheckpointRow.seq >= from_seq
             )
             checkpoints = [_head(c) for c in session.scalars(stmt.order_by(AuditCheckpointRow.seq))]
+        with self._sessions() as session:
+            last_seq = session.scalar(
+                select(func.max(AuditEventRow.seq)).where(AuditEventRow.tenant == tenant)
+            )
+        bind = self._sessions.kw["bind"]
+        walked = parallel_walker(
+            bind.url.render_as_string(hide_password=False),
+            tenant,
+            from_seq,
+            last_seq or 0,
+            to_seq,
+        )
         return verify_chain(
             tenant,
-            self._chain_rows(tenant, from_seq, to_seq),
+            self.chain_rows(tenant, from_seq, to_seq),
             checkpoints,
             keys,
             lambda digest: self._seq_of_hash(tenant, digest),
@@ -232,9 +245,10 @@ class AuditStore:
                 for w in witnesses
             ],
             cadence=cadence,
+            walked=walked,
         )
 
-    def _chain_rows(self, tenant: str, from_seq: int, to_seq: int | None) -> Iterator[Any]:
+    def chain_rows(self, tenant: str, from_seq: int, to_seq: int | None) -> Iterator[Any]:
         """Plain rows (named columns), not ORM objects: building an object per event was
         most of the cost of verifying."""
         columns = AuditEventRow.__table__.c
@@ -245,7 +259,8 @@ class AuditStore:
                 stmt = select(*wanted).where(columns.tenant == tenant, columns.seq > after)
                 if to_seq is not None:
                     stmt = stmt.where(columns.seq <= to_seq)
-                page = list(session.execute(stmt.order_by(columns.seq).limit(VERIFY_PAGE)))
+                # ``all()`` fetches the page in one go; iterating the result fetched row by row.
+                page = session.execute(stmt.order_by(columns.seq).limit(VERIFY_PAGE)).all()
             yield from page
             if len(page) < VERIFY_PAGE:
                 return

@@ -89,6 +89,11 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
         "Seconds between signed checkpoints of the chains; checkpoints are due this often "
         "while events arrive.",
     ),
+    "REACHSTORE_AUDIT_VERIFY_PARALLEL_MIN": (
+        "200000",
+        "Verify walks a chain longer than this many events in one worker process per core "
+        "(services/audit/parallel_walk.py).",
+    ),
     "REACHSTORE_AUDIT_READS": (
         "false",
         "true: reads (queries, look-ups, listings) are audited too, not only changes.",

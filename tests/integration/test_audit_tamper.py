@@ -26,6 +26,7 @@ from sqlalchemy import Connection, Engine, text
 from sqlalchemy import event as sqlalchemy_event
 from sqlalchemy.exc import DBAPIError
 
+from services.audit import parallel_walk
 from services.audit.chain import HASHED_FIELDS, canonical_json, event_hash
 from services.audit.signing import CheckpointKeys, PrivateKey
 from services.audit.store import AuditStore
@@ -107,6 +108,16 @@ class Trail:
     def head(self, tenant: str) -> tuple[int, str]:
         with self.engine.connect() as conn:
             return chain_head(conn, tenant)
+
+
+@pytest.fixture(autouse=True, params=["one-process", "parallel"])
+def walk(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every check both ways: walked in this process, and in worker processes that each
+    walk a stretch (``services/audit/parallel_walk.py``), which must find and name the
+    same breaks."""
+    if request.param == "parallel":
+        monkeypatch.setenv("REACHSTORE_AUDIT_VERIFY_PARALLEL_MIN", "1")
+    return str(request.param)
 
 
 @pytest.fixture
@@ -463,3 +474,12 @@ def test_a_range_is_checked_on_its_own(trail: Trail, tamper: Connection) -> None
     late = trail.store.verify("acme", KEYS, from_seq=13, to_seq=18)
     assert late.first_break is not None and late.first_break.kind == EDITED
     assert late.first_break.seq == 15
+
+
+def test_a_long_chain_is_walked_in_parallel_when_it_passes(trail: Trail, walk: str) -> None:
+    """The parallel walk really runs (and the one-process walk when it should), and
+    answers what the one-process walk answers."""
+    report = trail.verify("acme")
+    assert report.first_break is None and report.events_checked == 20
+    assert report.walkers == (1 if walk == "one-process" else parallel_walk.workers())
+    assert parallel_walk.workers() >= 2, "this machine has two cores"

@@ -80,6 +80,16 @@ class Witnessed:
         return self.store.verify(tenant, KEYS)
 
 
+@pytest.fixture(autouse=True, params=["one-process", "parallel"])
+def walk(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every check both ways: walked in this process, and in worker processes that each
+    walk a stretch (``services/audit/parallel_walk.py``), which must find and name the
+    same breaks."""
+    if request.param == "parallel":
+        monkeypatch.setenv("REACHSTORE_AUDIT_VERIFY_PARALLEL_MIN", "1")
+    return str(request.param)
+
+
 @pytest.fixture
 def witnessed(database_url: str, tmp_path: Path) -> Iterator[Witnessed]:
     engine = make_engine(database_url)
