@@ -43,7 +43,7 @@ CHANNEL_OPTIONS = [("grpc.max_send_message_length", 16 * 2**20)]
 
 
 class AuditProcess(ServiceProcess):
-    """``services.audit.main`` signing with ``audit_key``."""
+    """``services.audit.main`` signing with ``audit_key`` (Ed25519, PEM)."""
 
     module = "services.audit.main"
     name = "audit"
@@ -53,7 +53,7 @@ class AuditProcess(ServiceProcess):
         self.audit_key = audit_key
 
     def own_settings(self) -> dict[str, str]:
-        return {"REACHSTORE_AUDIT_KEY": self.audit_key}
+        return {"REACHSTORE_AUDIT_SIGNING_KEY": self.audit_key}
 
     def start(self) -> AuditProcess:
         super().start()

@@ -50,7 +50,6 @@ import cProfile
 import json
 import os
 import pstats
-import secrets
 import shlex
 import shutil
 import signal
@@ -88,7 +87,7 @@ from _reach_service import add_engine_arguments, postgres_database  # noqa: E402
 from _report import machine_facts  # noqa: E402
 from sqlalchemy import func, select  # noqa: E402
 
-from services.audit.chain import Signer  # noqa: E402
+from services.audit.signing import CheckpointKeys, PrivateKey  # noqa: E402
 from services.audit.store import VERIFY_PAGE, AuditStore  # noqa: E402
 from services.common.auth import SERVICE_TENANT  # noqa: E402
 from services.common.config import ENVIRONMENT  # noqa: E402
@@ -271,7 +270,7 @@ def measure_verify(
     args: argparse.Namespace,
     audit: AuditProcess,
     store: AuditStore,
-    signer: Signer,
+    signer: PrivateKey,
     stored: dict[str, int],
 ) -> dict[str, Any]:
     """A checkpoint of every chain, then every chain verified here and through gRPC."""
@@ -281,7 +280,7 @@ def measure_verify(
     wall = cpu = 0.0
     for tenant in sorted(stored):
         t, c = time.perf_counter(), time.process_time()
-        found = store.verify(tenant, signer)
+        found = store.verify(tenant, CheckpointKeys(signer.public))
         seconds, cpu_s = time.perf_counter() - t, time.process_time() - c
         wall, cpu = wall + seconds, cpu + cpu_s
         tenants.append(
@@ -320,11 +319,11 @@ def measure_verify(
     return result
 
 
-def profile_verify(store: AuditStore, signer: Signer, tenant: str, top: int) -> dict[str, Any]:
+def profile_verify(store: AuditStore, signer: PrivateKey, tenant: str, top: int) -> dict[str, Any]:
     profiler = cProfile.Profile()
     t = time.perf_counter()
     profiler.enable()
-    found = store.verify(tenant, signer)
+    found = store.verify(tenant, CheckpointKeys(signer.public))
     profiler.disable()
     seconds = time.perf_counter() - t
     stats = pstats.Stats(profiler)
@@ -351,9 +350,8 @@ def run_engine(engine: str, args: argparse.Namespace, tmp_root: Path, report: di
     folder.mkdir()
     with _database(engine, folder, args) as (url, version):
         report["engines"][engine] = version
-        key = secrets.token_hex(32)
-        signer = Signer(key.encode("utf-8"))
-        audit = AuditProcess(folder, url, args.log_level, key)
+        signer = PrivateKey.generate()
+        audit = AuditProcess(folder, url, args.log_level, signer.pem())
         log(f"{engine}: starting the audit service ({version}) ...")
         t = time.perf_counter()
         audit.start()
