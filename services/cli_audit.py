@@ -55,7 +55,6 @@ from services.common.config import ConfigError, Settings
 from services.common.kept_secrets import (
     AUDIT_PUBLIC_KEY_FILE,
     AUDIT_WITNESS_FILE,
-    LEGACY_AUDIT_KEY_FILE,
 )
 from services.common.timefmt import rfc3339
 from services.storage.audit_models import AuditEventRow, AuditOutboxRow
@@ -96,9 +95,9 @@ def _env_with_folder(data_dir: Path, args: argparse.Namespace) -> dict[str, str]
             "folder can replace it; pass --public-key with a copy kept elsewhere"
         )
         env[signing.PUBLIC_KEY_FILE] = str(kept)
-    legacy = data_dir / LEGACY_AUDIT_KEY_FILE
-    if not env.get(signing.LEGACY_KEY) and legacy.is_file():
-        env[signing.LEGACY_KEY] = legacy.read_text().strip()
+    # The HMAC key of older checkpoints is never taken from the folder: whoever can write
+    # the folder could have put one there and signed what they liked with it. It counts
+    # only when the operator gives it (REACHSTORE_AUDIT_KEY).
     if args.witness_file or args.witness_url:
         env[WITNESS_FILE] = ",".join(args.witness_file or [])
         env[WITNESS_URL] = ",".join(args.witness_url or [])
@@ -174,7 +173,7 @@ def _verify_all(
 ) -> list[tuple[str, Report]]:
     """Every chain asked for, each to its end: one broken tenant does not hide another."""
     store = AuditStore(sessions)
-    tenants = [tenant] if tenant else store.tenants()
+    tenants = [tenant] if tenant else verifier.every_tenant(store, reads)
     return verifier.verify(store, tenants, reads=reads)
 
 
@@ -190,7 +189,7 @@ def _count(n: int, noun: str) -> str:
 
 
 def _verify_line(tenant: str, report: Report) -> str:
-    if report.events_checked == 0 and report.checkpoints_checked == 0:
+    if report.first_break is None and report.events_checked == report.checkpoints_checked == 0:
         return f"{tenant}: no events or checkpoints: nothing to verify"
     counted = (
         f"{_count(report.events_checked, 'event')}, "

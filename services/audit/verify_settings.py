@@ -41,6 +41,15 @@ class Verifier:
         read (that is no verdict: the caller says it could not check)."""
         return [read_lines(w.name, w.lines(), self.keys.public) for w in self.witnesses]
 
+    @staticmethod
+    def every_tenant(store: AuditStore, reads: Sequence[WitnessRead]) -> list[str]:
+        """The tenants to verify for "all of them": those the database lists, and those a
+        witness holds heads of. A tenant deleted from the database entirely (or renamed)
+        then still has its witnessed heads checked, against a chain that is no longer
+        there."""
+        witnessed = {head.tenant for read in reads for head in read.heads}
+        return sorted(set(store.tenants()) | witnessed)
+
     def verify(
         self,
         store: AuditStore,
