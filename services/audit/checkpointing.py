@@ -35,14 +35,28 @@ class Checkpointer:
         self.last_checkpoint_at: float | None = None
 
     def start(self) -> None:
-        """Reads when the newest checkpoint was signed, and witnesses each tenant's latest
-        checkpoint that a witness lacks (the process stopped between the two)."""
+        """Before the service takes any event: reads when the newest checkpoint was signed,
+        witnesses each tenant's latest checkpoint that a witness lacks (the process stopped
+        between the two), and witnesses as ``unvouched`` every chain stored beyond its last
+        checkpoint. A process that stops cleanly signs everything first, so such a tail was
+        left by one that did not, and whoever could write the database since could have
+        changed it: signing it now as an ordinary checkpoint would vouch for that.
+        ``services/audit/verify.py`` reports each as an ``unvouched_tail``."""
         last = self.store.last_signed_at()
         if last is not None:
             self.last_checkpoint_at = dt.datetime.fromisoformat(last).timestamp()
         if self.delivery.witnesses:
+            unvouched = self.store.unsigned_heads(self.key)
+            for head in unvouched:
+                log.warning(
+                    "tenant %s: positions up to %d were stored but never signed by the "
+                    "process that stored them; witnessed as unvouched",
+                    head.tenant,
+                    head.seq,
+                )
             failed = self.delivery.catch_up(self.store.latest_checkpoints(), time.time)
-            for name in failed:
+            failed += self.delivery.deliver(unvouched, time.time)
+            for name in sorted(set(failed)):
                 log.warning("witness %s is not answering; its copies wait", name)
 
     def tick(self) -> int:

@@ -22,7 +22,7 @@ from services.audit.chain import GENESIS, HASHED_FIELDS, event_hash
 from services.audit.parallel_walk import parallel_walker
 from services.audit.signing import CheckpointKeys, PrivateKey
 from services.audit.verify import Cadence, Report, WitnessedHeads, verify_chain
-from services.audit.witness import Head
+from services.audit.witness import UNVOUCHED, Head
 from services.common.timefmt import rfc3339
 from services.storage.audit_models import AuditCheckpointRow, AuditEventRow, AuditHeadRow
 
@@ -130,6 +130,29 @@ class AuditStore:
                 session.add(AuditCheckpointRow(**signed.fields()))
                 written.append(signed)
         return written
+
+    def unsigned_heads(self, key: PrivateKey, now: dt.datetime | None = None) -> list[Head]:
+        """Each chain whose head is beyond its latest checkpoint, as an ``unvouched`` head
+        signed now (not stored: it is for the witnesses, ``Checkpointer.start``)."""
+        signed_at = rfc3339(now or dt.datetime.now(dt.UTC))
+        found: list[Head] = []
+        with self._sessions() as session:
+            for head in session.scalars(select(AuditHeadRow)).all():
+                last = self._latest(session, head.tenant)
+                if head.seq == 0 or (last is not None and last.seq >= head.seq):
+                    continue
+                found.append(
+                    Head(
+                        tenant=head.tenant,
+                        seq=head.seq,
+                        head_hash=head.hash,
+                        signed_at=signed_at,
+                        key_id=key.key_id,
+                        signature=key.sign(head.tenant, head.seq, head.hash, signed_at),
+                        kind=UNVOUCHED,
+                    )
+                )
+        return found
 
     def latest_checkpoints(self) -> list[Head]:
         """Each tenant's latest checkpoint."""

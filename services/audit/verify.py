@@ -16,7 +16,10 @@ What each break looks like:
 - witness_incomplete: the database holds a signed checkpoint a witness lacks (lines were
   removed from the witness's end, or it never got them);
 - cadence_gap: events waited longer for a checkpoint than the checkpoint interval and its
-  grace allow (checkpoints are missing for a period with events).
+  grace allow (checkpoints are missing for a period with events);
+- unvouched_tail: a witness holds an ``unvouched`` head: events an audit process stored
+  and stopped without signing, found by the next one at its start; whoever could write
+  the database meanwhile could have changed them, so nothing vouches for them.
 
 A witness's heads (``services/audit/witness.py``) are checked like the database's own
 checkpoints, and both sets against each other: deleting checkpoints, and the events they
@@ -33,7 +36,7 @@ from typing import Any
 
 from services.audit.chain import GENESIS, HASHED_FIELDS, values_hash
 from services.audit.signing import HMAC_PREFIX, CheckpointKeys
-from services.audit.witness import Head
+from services.audit.witness import UNVOUCHED, Head
 
 # A row holds the HASHED_FIELDS in order, then seq and hash (``AuditStore.chain_rows``).
 _FIELDS = len(HASHED_FIELDS)
@@ -50,6 +53,7 @@ REWRITTEN = "rewritten"
 CHECKPOINT_MISSING = "checkpoint_missing"
 WITNESS_INCOMPLETE = "witness_incomplete"
 CADENCE_GAP = "cadence_gap"
+UNVOUCHED_TAIL = "unvouched_tail"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -262,7 +266,9 @@ def verify_chain(
             valid.append(checkpoint)
         if found is not None:
             breaks.append(found)
-    breaks.extend(_cross_check(tenant, in_range, valid, witnesses, witnessed))
+    vouched = [(name, head) for name, head in witnessed if head.kind != UNVOUCHED]
+    breaks.extend(_cross_check(tenant, in_range, valid, witnesses, vouched))
+    breaks.extend(_unvouched(tenant, witnessed))
     if cadence is not None and chain_end is not None:
         found = _check_cadence(tenant, openers, valid, chain_end, cadence)
         if found is not None:
@@ -410,6 +416,29 @@ def _cross_check(
                     f"{c.signed_at}): lines were removed from it, or it never got them",
                 )
             )
+    return found
+
+
+def _unvouched(tenant: str, witnessed: Sequence[tuple[str, Head]]) -> list[Break]:
+    """One break per unvouched head: from the position after the last checkpoint a witness
+    kept before it, to the head."""
+    vouched = sorted(h.seq for _, h in witnessed if h.kind != UNVOUCHED)
+    found = []
+    for name, head in witnessed:
+        if head.kind != UNVOUCHED:
+            continue
+        start = max((seq for seq in vouched if seq < head.seq), default=0) + 1
+        found.append(
+            Break(
+                UNVOUCHED_TAIL,
+                tenant,
+                start,
+                "",
+                f"positions {start} to {head.seq} were stored by an audit process that "
+                f"stopped without signing them ({name} has them as unvouched since "
+                f"{head.signed_at}): nothing vouches that they are as they were stored",
+            )
+        )
     return found
 
 

@@ -2,7 +2,7 @@
 rewrite them through the database (after CloudTrail's digest files in a separate bucket
 and Certificate Transparency's witnesses of signed tree heads).
 
-Each witness holds one line per checkpoint, a JSON object:
+Each witness holds one line per checkpoint (and per unvouched head, below), a JSON object:
 
     {"n": 7, "prev": <SHA-256 of line 6's text>, "tenant": ..., "seq": ..., "head_hash": ...,
      "signed_at": ..., "key_id": ..., "signature": <the checkpoint's>,
@@ -43,6 +43,13 @@ TAIL_BYTES = 8192
 
 CHECKPOINT_FIELDS = ("tenant", "seq", "head_hash", "signed_at", "key_id", "signature")
 
+# What a witness line says of its head. ``checkpoint``: the head was signed on its cadence
+# (the database holds the same checkpoint). ``unvouched``: the head the audit service found
+# when it started, beyond its tenant's last checkpoint: the events up to it were stored by
+# a process that stopped without signing them, so nothing vouches that they are as stored.
+CHECKPOINT = "checkpoint"
+UNVOUCHED = "unvouched"
+
 
 @dataclasses.dataclass(frozen=True)
 class Head:
@@ -54,6 +61,7 @@ class Head:
     signed_at: str
     key_id: str
     signature: str
+    kind: str = CHECKPOINT
 
     def fields(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in CHECKPOINT_FIELDS}
@@ -64,7 +72,9 @@ def line_digest(line: str) -> str:
 
 
 def make_line(key: PrivateKey, head: Head, n: int, prev: str) -> str:
-    body = {"n": n, "prev": prev, **head.fields()}
+    body: dict[str, Any] = {"n": n, "prev": prev, **head.fields()}
+    if head.kind != CHECKPOINT:  # lines of checkpoints read as they always have
+        body["kind"] = head.kind
     body["line_signature"] = key.sign_bytes(canonical_json(body).encode("utf-8"))
     return canonical_json(body)
 
@@ -97,7 +107,10 @@ def read_lines(name: str, lines: Sequence[str], public: PublicKey) -> WitnessRea
             body = json.loads(line)
             tenant, seq = str(body.get("tenant", "")), int(body.get("seq", 0))
             signature = body.pop("line_signature")
-            head = Head(**{name: body[name] for name in CHECKPOINT_FIELDS})
+            kind = body.get("kind", CHECKPOINT)
+            if kind not in (CHECKPOINT, UNVOUCHED):
+                raise ValueError(kind)
+            head = Head(**{name: body[name] for name in CHECKPOINT_FIELDS}, kind=kind)
         except (ValueError, TypeError, KeyError, AttributeError):
             read.broken = WitnessBreak(number, tenant, seq, f"line {number} is not a witness line")
             return read

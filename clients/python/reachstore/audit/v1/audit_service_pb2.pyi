@@ -25,6 +25,7 @@ class BreakKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     BREAK_KIND_WITNESS_INCOMPLETE: _ClassVar[BreakKind]
     BREAK_KIND_WITNESS_BROKEN: _ClassVar[BreakKind]
     BREAK_KIND_CADENCE_GAP: _ClassVar[BreakKind]
+    BREAK_KIND_UNVOUCHED_TAIL: _ClassVar[BreakKind]
 BREAK_KIND_UNSPECIFIED: BreakKind
 BREAK_KIND_EDITED: BreakKind
 BREAK_KIND_DELETED: BreakKind
@@ -37,6 +38,7 @@ BREAK_KIND_CHECKPOINT_MISSING: BreakKind
 BREAK_KIND_WITNESS_INCOMPLETE: BreakKind
 BREAK_KIND_WITNESS_BROKEN: BreakKind
 BREAK_KIND_CADENCE_GAP: BreakKind
+BREAK_KIND_UNVOUCHED_TAIL: BreakKind
 
 class AuditEvent(_message.Message):
     __slots__ = ("event_id", "time", "tenant", "caller_key_id", "service", "method", "idempotency_key", "params", "result_status", "error_code", "category", "duration_ms", "trace_id", "seq", "prev_hash", "hash")

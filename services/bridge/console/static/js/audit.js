@@ -28,6 +28,7 @@ const BREAKS = {
   witness_incomplete: "the database holds a signed checkpoint a witness lacks (lines removed from its end)",
   witness_broken: "a witness's line is out of sequence, changed, or not signed with the audit key",
   cadence_gap: "events waited longer for a checkpoint than the checkpoint interval allows",
+  unvouched_tail: "events stored by an audit process that stopped without signing them",
 };
 
 function age(seconds) {
