@@ -12,7 +12,7 @@ import asyncio
 import datetime as dt
 import logging
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
@@ -58,6 +58,17 @@ class Checkpointer:
             failed += self.delivery.deliver(unvouched, time.time)
             for name in sorted(set(failed)):
                 log.warning("witness %s is not answering; its copies wait", name)
+
+    def witness_appends(self, tenants: Sequence[str]) -> None:
+        """Right after an append, before it is acknowledged: the heads of the chains it
+        moved go to every witness. Without this, events stored since the last checkpoint
+        exist only in the database, and whoever owns it could delete them, head and all,
+        before any tick. A witness that is away gets them on a later tick."""
+        if not self.delivery.witnesses or not tenants:
+            return
+        heads = self.store.appended_heads(self.key, tenants)
+        for name in self.delivery.deliver(heads, time.time):
+            log.warning("witness %s is not answering; appended heads wait for it", name)
 
     def tick(self) -> int:
         signed = self.store.checkpoint(self.key)

@@ -22,7 +22,7 @@ from services.audit.chain import GENESIS, HASHED_FIELDS, event_hash
 from services.audit.parallel_walk import parallel_walker
 from services.audit.signing import CheckpointKeys, PrivateKey
 from services.audit.verify import Cadence, Report, WitnessedHeads, verify_chain
-from services.audit.witness import UNVOUCHED, Head
+from services.audit.witness import APPENDED, UNVOUCHED, Head
 from services.common.timefmt import rfc3339
 from services.storage.audit_models import AuditCheckpointRow, AuditEventRow, AuditHeadRow
 
@@ -130,6 +130,30 @@ class AuditStore:
                 session.add(AuditCheckpointRow(**signed.fields()))
                 written.append(signed)
         return written
+
+    def appended_heads(
+        self, key: PrivateKey, tenants: Sequence[str], now: dt.datetime | None = None
+    ) -> list[Head]:
+        """The heads of ``tenants``' chains now, as ``appended`` heads signed now (for the
+        witnesses, right after an append: ``Checkpointer.witness_appends``)."""
+        signed_at = rfc3339(now or dt.datetime.now(dt.UTC))
+        with self._sessions() as session:
+            rows = session.scalars(
+                select(AuditHeadRow).where(AuditHeadRow.tenant.in_(sorted(set(tenants))))
+            ).all()
+            return [
+                Head(
+                    tenant=row.tenant,
+                    seq=row.seq,
+                    head_hash=row.hash,
+                    signed_at=signed_at,
+                    key_id=key.key_id,
+                    signature=key.sign(row.tenant, row.seq, row.hash, signed_at),
+                    kind=APPENDED,
+                )
+                for row in rows
+                if row.seq > 0
+            ]
 
     def unsigned_heads(self, key: PrivateKey, now: dt.datetime | None = None) -> list[Head]:
         """Each chain whose head is beyond its latest checkpoint, as an ``unvouched`` head

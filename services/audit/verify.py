@@ -36,7 +36,7 @@ from typing import Any
 
 from services.audit.chain import GENESIS, HASHED_FIELDS, values_hash
 from services.audit.signing import HMAC_PREFIX, CheckpointKeys
-from services.audit.witness import UNVOUCHED, Head
+from services.audit.witness import CHECKPOINT, UNVOUCHED, Head
 
 # A row holds the HASHED_FIELDS in order, then seq and hash (``AuditStore.chain_rows``).
 _FIELDS = len(HASHED_FIELDS)
@@ -266,8 +266,10 @@ def verify_chain(
             valid.append(checkpoint)
         if found is not None:
             breaks.append(found)
-    vouched = [(name, head) for name, head in witnessed if head.kind != UNVOUCHED]
-    breaks.extend(_cross_check(tenant, in_range, valid, witnesses, vouched))
+    # Only checkpoint lines have a database checkpoint to match; appended and unvouched heads
+    # pin the chain (``_check_head`` above) but are not checkpoints.
+    signed = [(name, head) for name, head in witnessed if head.kind == CHECKPOINT]
+    breaks.extend(_cross_check(tenant, in_range, valid, witnesses, signed))
     breaks.extend(_unvouched(tenant, witnessed))
     if cadence is not None and chain_end is not None:
         found = _check_cadence(tenant, openers, valid, chain_end, cadence)
@@ -420,14 +422,21 @@ def _cross_check(
 
 
 def _unvouched(tenant: str, witnessed: Sequence[tuple[str, Head]]) -> list[Break]:
-    """One break per unvouched head: from the position after the last checkpoint a witness
-    kept before it, to the head."""
-    vouched = sorted(h.seq for _, h in witnessed if h.kind != UNVOUCHED)
+    """One break per unvouched head: from the position after the last head a witness kept
+    before it (a checkpoint or an append), to the head."""
+    # Checkpoints and appended heads a witness kept *before* the unvouched line pin the
+    # chain up to their position: only what lies beyond the last of them had no copy
+    # outside the database when the process that stored it stopped. (A checkpoint signed
+    # after the restart vouches for nothing before it.)
     found = []
+    pinned: dict[str, int] = {}
     for name, head in witnessed:
         if head.kind != UNVOUCHED:
+            pinned[name] = max(pinned.get(name, 0), head.seq)
             continue
-        start = max((seq for seq in vouched if seq < head.seq), default=0) + 1
+        start = min(pinned.get(name, 0), head.seq) + 1
+        if start > head.seq:
+            continue
         found.append(
             Break(
                 UNVOUCHED_TAIL,

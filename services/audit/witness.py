@@ -26,6 +26,7 @@ import fcntl
 import hashlib
 import json
 import os
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -49,6 +50,11 @@ CHECKPOINT_FIELDS = ("tenant", "seq", "head_hash", "signed_at", "key_id", "signa
 # a process that stopped without signing them, so nothing vouches that they are as stored.
 CHECKPOINT = "checkpoint"
 UNVOUCHED = "unvouched"
+# ``appended``: a chain's head right after an append, witnessed before the append is
+# acknowledged, so events stored since the last checkpoint have a copy outside the
+# database too (deleting them, head and all, shows as ``truncated``).
+APPENDED = "appended"
+KINDS = (CHECKPOINT, UNVOUCHED, APPENDED)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,7 +114,7 @@ def read_lines(name: str, lines: Sequence[str], public: PublicKey) -> WitnessRea
             tenant, seq = str(body.get("tenant", "")), int(body.get("seq", 0))
             signature = body.pop("line_signature")
             kind = body.get("kind", CHECKPOINT)
-            if kind not in (CHECKPOINT, UNVOUCHED):
+            if kind not in KINDS:
                 raise ValueError(kind)
             head = Head(**{name: body[name] for name in CHECKPOINT_FIELDS}, kind=kind)
         except (ValueError, TypeError, KeyError, AttributeError):
@@ -240,12 +246,18 @@ class Delivery:
     def __init__(self, witnesses: Sequence[Witness], key: PrivateKey) -> None:
         self.witnesses = list(witnesses)
         self._key = key
+        # Appends (on the service's worker threads) and ticks deliver at once.
+        self._lock = threading.Lock()
         self._pending: dict[str, list[Head]] = {w.name: [] for w in self.witnesses}
         self.last_witnessed_at: float | None = None
 
     def deliver(self, heads: Sequence[Head], now: Callable[[], float]) -> list[str]:
         """Hands ``heads`` (and whatever is still pending) to every witness; returns the
         names of those that failed."""
+        with self._lock:
+            return self._deliver(heads, now)
+
+    def _deliver(self, heads: Sequence[Head], now: Callable[[], float]) -> list[str]:
         failed = []
         delivered = False
         for witness in self.witnesses:

@@ -155,11 +155,22 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
             _check_tenants(who, fields)
         except errors.ReachstoreError as exc:
             refused = self._append_record(who, request.events, started, trace, refusal=exc)
-            await asyncio.to_thread(self._store.append, [refused])
+            await asyncio.to_thread(self._append_witnessed, [refused])
             raise
         record = self._append_record(who, request.events, started, trace)
-        appended, duplicates = await asyncio.to_thread(self._store.append, fields, record)
+        appended, duplicates = await asyncio.to_thread(self._append_witnessed, fields, record)
         return pb.AppendEventsResponse(appended=appended, duplicates=duplicates)
+
+    def _append_witnessed(
+        self, events: list[dict[str, Any]], record: dict[str, Any] | None = None
+    ) -> tuple[int, int]:
+        """Stores the events, then hands the heads they moved to the witnesses before the
+        call is answered (``Checkpointer.witness_appends``)."""
+        counts = self._store.append(events, record)
+        if self._checkpointer is not None:
+            touched = {e["tenant"] for e in events} | ({record["tenant"]} if record else set())
+            self._checkpointer.witness_appends(sorted(touched))
+        return counts
 
     def _append_record(
         self,
