@@ -97,6 +97,7 @@ async def _run(settings: Settings) -> None:
         audit=auditor,
         background=shipping,
         tls=settings.tls,
+        also_listen=settings.also_listen,
         authenticator=authenticator_for(
             make_sessions(engine),
             [query_service_pb2.DESCRIPTOR.services_by_name["QueryService"]],
