@@ -182,55 +182,11 @@ class LexicalIndex:
         if k <= 0:
             return []
         check = cancel.check if cancel is not None else _no_check
-        check()
+        scored = self._scores(query_text, check)
+        if scored is None:
+            return []
+        scores, cand = scored
         nlive = len(self._slot_of)
-        if nlive == 0:
-            return []
-        qterms = _query_terms(self._tokenize, query_text)
-        if not qterms:
-            return []
-        n = self._nslots
-        alive = self._alive[:n]
-        some_dead = nlive < n
-        avgdl = self._total_len / nlive if self._total_len > 0 else 1.0
-        k1, b = self.k1, self.b
-        parts_slots: list[np.ndarray] = []
-        parts_tf: list[np.ndarray] = []
-        weights: list[float] = []
-        lengths: list[int] = []
-        for term, qtf in qterms:
-            check()
-            posting = self._posting_arrays(term)
-            if posting is None:
-                continue
-            slots, tf = posting
-            df = int(np.count_nonzero(alive[slots])) if some_dead else len(slots)
-            if df == 0:
-                continue
-            parts_slots.append(slots)
-            parts_tf.append(tf)
-            weights.append(qtf * math.log(1.0 + (nlive - df + 0.5) / (df + 0.5)) * (k1 + 1.0))
-            lengths.append(len(slots))
-        if not parts_slots:
-            return []
-        check()
-        if len(parts_slots) == 1:
-            all_slots, all_tf = parts_slots[0], parts_tf[0]
-        else:
-            all_slots, all_tf = np.concatenate(parts_slots), np.concatenate(parts_tf)
-        # tf * (k1 + 1) * idf / (tf + k1 * (1 - b + b * dl / avgdl)), per posting, then
-        # summed per slot
-        norm = self._dl[all_slots] * (k1 * b / avgdl)
-        norm += k1 * (1.0 - b)
-        norm += all_tf
-        contrib = np.repeat(np.asarray(weights), lengths)
-        contrib *= all_tf
-        contrib /= norm
-        scores = np.bincount(all_slots, weights=contrib, minlength=n)
-        check()
-        if some_dead:
-            scores[~alive] = 0.0
-        cand = np.flatnonzero(scores > 0.0)
         if allowed_ids is None:
             return self._top(scores, cand, k)
         # Filter: walk the best candidates in score order and keep allowed ones, so the
@@ -260,6 +216,80 @@ class LexicalIndex:
         out.sort(key=lambda hit: (-hit[1], hit[0]))  # batches may meet inside a tie
         return out
 
+    def ranked_ids(
+        self,
+        query_text: str,
+        k: int,
+        allowed_ids: set[int] | frozenset[int] | None = None,
+        cancel: CancelToken | None = None,
+    ) -> np.ndarray:
+        """The chunk ids of :meth:`search`, in its order, as an int64 array: what rank
+        fusion needs (``namespace_index.py``), without a Python tuple per hit."""
+        if allowed_ids is not None or k <= 0:
+            hits = self.search(query_text, k, allowed_ids, cancel)
+            return np.fromiter((cid for cid, _ in hits), dtype=np.int64, count=len(hits))
+        check = cancel.check if cancel is not None else _no_check
+        scored = self._scores(query_text, check)
+        if scored is None:
+            return np.zeros(0, dtype=np.int64)
+        scores, cand = scored
+        return self._ids[self._top_slots(scores, cand, k)]
+
+    def _scores(
+        self, query_text: str, check: Callable[[], None]
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """BM25 score of every slot and the slots that scored, or None when no chunk
+        shares a term with the query."""
+        check()
+        nlive = len(self._slot_of)
+        if nlive == 0:
+            return None
+        qterms = _query_terms(self._tokenize, query_text)
+        if not qterms:
+            return None
+        n = self._nslots
+        alive = self._alive[:n]
+        some_dead = nlive < n
+        avgdl = self._total_len / nlive if self._total_len > 0 else 1.0
+        k1, b = self.k1, self.b
+        parts_slots: list[np.ndarray] = []
+        parts_tf: list[np.ndarray] = []
+        weights: list[float] = []
+        lengths: list[int] = []
+        for term, qtf in qterms:
+            check()
+            posting = self._posting_arrays(term)
+            if posting is None:
+                continue
+            slots, tf = posting
+            df = int(np.count_nonzero(alive[slots])) if some_dead else len(slots)
+            if df == 0:
+                continue
+            parts_slots.append(slots)
+            parts_tf.append(tf)
+            weights.append(qtf * math.log(1.0 + (nlive - df + 0.5) / (df + 0.5)) * (k1 + 1.0))
+            lengths.append(len(slots))
+        if not parts_slots:
+            return None
+        check()
+        if len(parts_slots) == 1:
+            all_slots, all_tf = parts_slots[0], parts_tf[0]
+        else:
+            all_slots, all_tf = np.concatenate(parts_slots), np.concatenate(parts_tf)
+        # tf * (k1 + 1) * idf / (tf + k1 * (1 - b + b * dl / avgdl)), per posting, then
+        # summed per slot
+        norm = self._dl[all_slots] * (k1 * b / avgdl)
+        norm += k1 * (1.0 - b)
+        norm += all_tf
+        contrib = np.repeat(np.asarray(weights), lengths)
+        contrib *= all_tf
+        contrib /= norm
+        scores = np.bincount(all_slots, weights=contrib, minlength=n)
+        check()
+        if some_dead:
+            scores[~alive] = 0.0
+        return scores, np.flatnonzero(scores > 0.0)
+
     def _posting_arrays(self, term: str) -> tuple[np.ndarray, np.ndarray] | None:
         cached = self._arrays.get(term)
         if cached is not None:
@@ -274,11 +304,14 @@ class LexicalIndex:
 
     def _top(self, scores: np.ndarray, cand: np.ndarray, m: int) -> list[tuple[int, float]]:
         """The ``m`` best of the candidate slots, as (chunk_id, score), score desc then id."""
+        best = self._top_slots(scores, cand, m)
+        return list(zip(self._ids[best].tolist(), scores[best].tolist(), strict=True))
+
+    def _top_slots(self, scores: np.ndarray, cand: np.ndarray, m: int) -> np.ndarray:
+        """The ``m`` best of the candidate slots, score desc then chunk id."""
         if len(cand) > m:
             cand = cand[np.argpartition(-scores[cand], m - 1)[:m]]
-        cand_ids = self._ids[cand]
-        order = np.lexsort((cand_ids, -scores[cand]))
-        return [(int(cand_ids[i]), float(scores[cand[i]])) for i in order]
+        return cand[np.lexsort((self._ids[cand], -scores[cand]))]
 
 
 def _no_check() -> None:
