@@ -173,7 +173,11 @@ def main(argv: list[str] | None = None) -> int:
             log("the corpus is already ingested in this data folder: no ingest")
         else:
             log(f"ingesting {len(corpus)} chunks over REST (batchCreate) ...")
-            pids = {c: system.pid(c) for c in ("query", "ingest", "bridge")}
+            pids = {
+                "query": system.pids("query"),
+                "ingest": system.pid("ingest"),
+                "bridge": system.pid("bridge"),
+            }
             result, _ = ingest(system.http_url, store, pids, names, docs)
             report["ingest"] = {
                 k: result[k]
