@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 
-.PHONY: up test install install-test generate check-protos lint format docs bench clean
+.PHONY: up test install install-test generate check-protos lint format docs bench bench-peers clean
 .PHONY: ts-install ts-generate ts-check ts-test
 .PHONY: go-install go-generate go-check
 .PHONY: browser-install faults-install faults
@@ -124,6 +124,12 @@ docs: install
 ## Query and ingest benchmark on the shared corpus (prints ratios; not a test).
 bench: install-test
 	$(PY) bench/bench_storage.py $(BENCH_ARGS)
+
+## The peer table in one sitting: starts its own system, ingests the shared corpus as
+## shipped, runs ../shared/peerbench/peers.sh against it and prints ratios to the raw limit
+## and to Qdrant Edge measured in the same run (not a test).
+bench-peers: install-test
+	$(PY) bench/bench_peers.py $(BENCH_PEERS_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 import numpy as np
-from _stats import cpu_seconds
+from _stats import Pids, cpu_seconds
 from sqlalchemy import func, select
 
 from services.embedding import UsemEmbedder
@@ -70,7 +70,7 @@ def _task_summary(
 def ingest(
     http_url: str,
     store: SemanticStore,
-    pids: Mapping[str, int],
+    pids: Pids,
     names: Sequence[str],
     docs: Mapping[str, list[dict[str, Any]]],
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:

@@ -18,7 +18,7 @@ from typing import Any
 import grpc
 import httpx
 import numpy as np
-from _stats import cpu_seconds, latency_stats
+from _stats import Pids, cpu_seconds, latency_stats
 
 from reachstore.query.v1 import query_service_pb2 as qpb
 from reachstore.query.v1 import query_service_pb2_grpc as qgrpc
@@ -42,7 +42,7 @@ def run_load(
     queries: Sequence[str],
     n: int,
     concurrency: int,
-    pids: Mapping[str, int] | None = None,
+    pids: Pids | None = None,
 ) -> dict[str, Any]:
     """``n`` queries (cycling through ``queries``) from ``concurrency`` threads: latency
     stats, QPS, CPU ms per query of each process in ``pids`` (and this one), and the

@@ -54,13 +54,19 @@ def _process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _CLK_TCK
 
 
-def cpu_seconds(pids: Mapping[str, int]) -> dict[str, float]:
-    """CPU seconds so far of each named process, and of this one as ``bench``. The kernel
-    counts in clock ticks (10 ms here), so divide by enough work."""
+# A name stands for one process, or for several whose CPU is summed (the query processes
+# of one `reachstore up`, services/cli.py).
+Pids = Mapping[str, int | Sequence[int]]
+
+
+def cpu_seconds(pids: Pids) -> dict[str, float]:
+    """CPU seconds so far of each named process (or group of processes), and of this one
+    as ``bench``. The kernel counts in clock ticks (10 ms here), so divide by enough work."""
     out = {}
     for name, pid in pids.items():
         try:
-            out[name] = _process_cpu_seconds(pid)
+            group = [pid] if isinstance(pid, int) else list(pid)
+            out[name] = sum(_process_cpu_seconds(one) for one in group)
         except OSError:  # the process is gone: the caller's figures say so as NaN
             out[name] = float("nan")
     out["bench"] = time.process_time()

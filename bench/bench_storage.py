@@ -54,6 +54,7 @@ import _diagnostics  # noqa: E402
 import _query_bench as qb  # noqa: E402
 from _ingest_bench import ingest, raw_embedding, vector_check  # noqa: E402
 from _report import machine_facts, print_report  # noqa: E402
+from _stats import Pids  # noqa: E402
 
 from reachstore.query.v1 import query_service_pb2_grpc as qgrpc  # noqa: E402
 from services.common.config import ENVIRONMENT, Settings  # noqa: E402
@@ -116,7 +117,7 @@ def _interrupt(signum: int, frame: object) -> None:
 def run_ingest(
     report: dict[str, Any],
     system: RunningSystem,
-    pids: dict[str, int],
+    pids: Pids,
     store: SemanticStore,
     names: list[str],
     docs: dict[str, list[dict[str, Any]]],
@@ -144,7 +145,7 @@ def run_queries(
     args: argparse.Namespace,
     report: dict[str, Any],
     system: RunningSystem,
-    pids: dict[str, int],
+    pids: Pids,
     inproc: qb.InProcess,
     names: list[str],
     queries: list[str],
@@ -250,7 +251,11 @@ def main(argv: list[str] | None = None) -> int:
         log(f"starting reachstore up in {tmp_root} ...")
         t = time.perf_counter()
         system.start()
-        pids = {c: system.pid(c) for c in COMPONENTS}
+        # every query process of the system counts as "query" (services/cli.py starts
+        # one per core: query.pid, query-1.pid, ...)
+        pids: Pids = {
+            c: system.pids("query") if c == "query" else system.pid(c) for c in COMPONENTS
+        }
         report["system"] = {
             "start_seconds": time.perf_counter() - t,
             "pids": pids,

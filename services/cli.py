@@ -15,6 +15,7 @@ import ctypes
 import ctypes.util
 import datetime as dt
 import hashlib
+import ipaddress
 import os
 import signal
 import socket
@@ -358,6 +359,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     shipper_key = _mint_shipper_key(engine, env)
     engine.dispose()
 
+    query_processes = _query_processes(args, env, data_dir)
     system = _System(data_dir / "run")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -367,13 +369,18 @@ def cmd_up(args: argparse.Namespace) -> int:
     try:
         for name in COMPONENT_PORT_OFFSETS:
             component_env = {**env, "REACHSTORE_LISTEN": addr[name]}
-            if name == "query" and metrics_port:
-                component_env["REACHSTORE_METRICS_LISTEN"] = f"{args.host}:{metrics_port}"
             if name == "reach" and reach_metrics_port:
                 component_env["REACHSTORE_METRICS_LISTEN"] = f"{args.host}:{reach_metrics_port}"
             if name == "ingest" and not env.get("REACHSTORE_WORKER_ID"):
                 component_env["REACHSTORE_WORKER_ID"] = up_ingest_name(data_dir)
-            system.start(name, f"services.{name}.main", component_env)
+            if name != "query":
+                system.start(name, f"services.{name}.main", component_env)
+                continue
+            for i, (process, extra) in enumerate(query_processes):
+                one = {**component_env, **extra}
+                if i == 0 and metrics_port:  # the first serves every query process's sums
+                    one["REACHSTORE_METRICS_LISTEN"] = f"{args.host}:{metrics_port}"
+                system.start(process, "services.query.main", one)
         system.start(
             "bridge",
             "services.bridge.main",
@@ -382,6 +389,9 @@ def cmd_up(args: argparse.Namespace) -> int:
         deadline = time.monotonic() + READY_TIMEOUT_SECONDS
         for name in COMPONENT_PORT_OFFSETS:
             _wait_grpc_healthy(addr[name], system, deadline, settings.tls)
+        for _, extra in query_processes:
+            if "REACHSTORE_ALSO_LISTEN" in extra:
+                _wait_grpc_healthy(extra["REACHSTORE_ALSO_LISTEN"], system, deadline, settings.tls)
         _wait_http_healthy(url, system, deadline, settings.tls)
         with _seeding_credentials(settings) as metadata:
             _seed_demo(addr["ingest"], deadline, metadata, settings.tls)
@@ -404,6 +414,63 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _free_ports(host: str, count: int) -> list[int]:
+    """``count`` ports the kernel has free on ``host`` right now (bound, then released)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+            sock.bind((host, 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def _query_processes(
+    args: argparse.Namespace, env: dict[str, str], data_dir: Path
+) -> list[tuple[str, dict[str, str]]]:
+    """The query processes' names and extra settings. One query process uses one core: its
+    Python code (the embedder's tokenizer, BM25's, the asyncio loop) holds one interpreter
+    lock. So `up` starts ``--query-processes`` of them (default: one per core), all on the
+    query port (gRPC servers set SO_REUSEPORT, so each connection lands on one of them),
+    and each on a port of its own as well, which the other components get as the query
+    service's replicas (REACHSTORE_QUERY_ADDR; gRPC balances their calls round robin,
+    services/common/channels.py). Every process builds or loads the same indexes and
+    catches up with the store before each search (services/query/indexes.py), so each
+    answers with every completed ingest. Their metrics are summed through a shared folder
+    (services/query/metrics.py) and served by the first."""
+    count = args.query_processes or _cores()
+    if count == 1:
+        return [("query", {})]
+    try:
+        ipaddress.ip_address(args.host)
+    except ValueError:  # replicas are listed by IP address (services/common/channels.py)
+        return [("query", {})]
+    replicas = [f"{_url_host(args.host)}:{port}" for port in _free_ports(args.host, count)]
+    env["REACHSTORE_QUERY_ADDR"] = ",".join(replicas)
+    shared = data_dir / "run" / "query-metrics"
+    if shared.exists():
+        for stale in shared.iterdir():  # counts of an earlier run
+            stale.unlink()
+    shared.mkdir(parents=True, exist_ok=True)
+    return [
+        (
+            "query" if i == 0 else f"query-{i}",
+            {"REACHSTORE_ALSO_LISTEN": replica, "PROMETHEUS_MULTIPROC_DIR": str(shared)},
+        )
+        for i, replica in enumerate(replicas)
+    ]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -437,6 +504,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="Prometheus metrics of the reach service (actions by state, latency, retries, "
         f"breakers); default: grpc-port-base + {REACH_METRICS_PORT_OFFSET}; 0 turns them off",
+    )
+    up.add_argument(
+        "--query-processes",
+        type=int,
+        default=0,
+        help="query service processes (one core each), sharing the query port; "
+        "default 0: one per core",
     )
     up.add_argument(
         "--reach-config",

@@ -35,6 +35,11 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
         "host:port this component listens on. Defaults: query 127.0.0.1:50051, ingest "
         "127.0.0.1:50052, bridge 127.0.0.1:8420.",
     ),
+    "REACHSTORE_ALSO_LISTEN": (
+        "",
+        "More host:port addresses (comma-separated) this component listens on as well. `up` "
+        "gives each of its query processes one of its own, next to the shared query port.",
+    ),
     "REACHSTORE_QUERY_ADDR": (
         "127.0.0.1:50051",
         "host:port of the query service, or a comma-separated list of replicas (calls are "
@@ -248,6 +253,14 @@ def _address(env: Mapping[str, str], name: str) -> str:
     return raw
 
 
+def _addresses(env: Mapping[str, str], name: str) -> tuple[str, ...]:
+    """A comma-separated list of host:port (empty: none)."""
+    parts = [p.strip() for p in env.get(name, ENVIRONMENT[name][0]).split(",") if p.strip()]
+    for part in parts:
+        _address({name: part}, name)
+    return tuple(parts)
+
+
 def _replicas(env: Mapping[str, str], name: str) -> str:
     """An address setting of a service that may run as several replicas."""
     raw = env.get(name, ENVIRONMENT[name][0])
@@ -371,6 +384,7 @@ class Settings:
     http_allowed_origins: tuple[str, ...] = ()
     tls: TlsFiles = PLAIN
     insecure: bool = False
+    also_listen: tuple[str, ...] = ()
 
     @classmethod
     def from_env(
@@ -398,10 +412,13 @@ class Settings:
         for name in ("REACHSTORE_LISTEN", "REACHSTORE_METRICS_LISTEN"):
             if env.get(name):
                 _check_exposure(name, _address(env, name), require_keys, tls, insecure)
+        for address in _addresses(env, "REACHSTORE_ALSO_LISTEN"):
+            _check_exposure("REACHSTORE_ALSO_LISTEN", address, require_keys, tls, insecure)
         return cls(
             data_dir=data_dir,
             database_url=database_url,
             listen=_address(env, "REACHSTORE_LISTEN"),
+            also_listen=_addresses(env, "REACHSTORE_ALSO_LISTEN"),
             query_addr=_replicas(env, "REACHSTORE_QUERY_ADDR"),
             ingest_addr=_replicas(env, "REACHSTORE_INGEST_ADDR"),
             reach_addr=_replicas(env, "REACHSTORE_REACH_ADDR"),

@@ -277,12 +277,14 @@ def create_server(
     limiter: RequestLimiter | None = None,
     audit: CallAudit | None = None,
     tls: TlsFiles = PLAIN,
+    also_listen: Sequence[str] = (),
 ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
     """Builds a server with our services, health and reflection, bound to ``address``.
 
     Returns the server (not started), the bound port (useful with ``host:0``) and the
     health servicer so the caller can flip serving states. With ``tls`` serving, the port
-    speaks TLS only (and asks callers for a certificate when ``tls`` says so).
+    speaks TLS only (and asks callers for a certificate when ``tls`` says so). The server
+    also listens on every ``also_listen`` address (same services, same credentials).
     """
     server = grpc.aio.server(
         interceptors=[_CallGuard(Guards(authenticator, limiter, audit))], options=GRPC_OPTIONS
@@ -301,13 +303,16 @@ def create_server(
         server,
     )
     credentials = tls.server_credentials()
-    if credentials is None:
-        port = server.add_insecure_port(address)
-    else:
-        port = server.add_secure_port(address, credentials)
-    if port == 0:
-        raise RuntimeError(f"could not bind gRPC server to {address}")
-    return server, port, health_servicer
+    ports = []
+    for where in (address, *also_listen):
+        if credentials is None:
+            bound = server.add_insecure_port(where)
+        else:
+            bound = server.add_secure_port(where, credentials)
+        if bound == 0:
+            raise RuntimeError(f"could not bind gRPC server to {where}")
+        ports.append(bound)
+    return server, ports[0], health_servicer
 
 
 async def mark_serving(health_servicer: health.aio.HealthServicer, names: Iterable[str]) -> None:

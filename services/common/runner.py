@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import Any
 
 from services.common.auth import Authenticator
@@ -31,12 +31,13 @@ async def serve(
     audit: CallAudit | None = None,
     background: Iterable[Callable[[], Coroutine[Any, Any, None]]] = (),
     tls: TlsFiles = PLAIN,
+    also_listen: Sequence[str] = (),
 ) -> None:
     """Serves until a stop signal, then stops gracefully: no new calls, ``before_stop``
     (background work winds down), ``on_stop``. ``background`` coroutines (the audit
     shipper) run while it serves and are cancelled when it stops."""
     server, port, health_servicer = create_server(
-        registrars, service_names, address, authenticator, limiter, audit, tls
+        registrars, service_names, address, authenticator, limiter, audit, tls, also_listen
     )
     await server.start()
     tasks = [asyncio.create_task(work()) for work in background]
@@ -44,7 +45,7 @@ async def serve(
     log.info(
         "%s serving on %s (port %d, %s)",
         component,
-        address,
+        ", ".join((address, *also_listen)),
         port,
         "mutual TLS" if tls.client_auth else "TLS" if tls.serving else "plain text",
     )

@@ -199,6 +199,23 @@ class IndexManager:
         assert index is not None
         return index.search(query_vector, query_text, top_k, metadata_filter, cancel)
 
+    def follow(self, namespaces: Iterable[tuple[str, NamespaceInfo]]) -> int:
+        """Replays into every ready index the changes its namespace's row shows it lacks,
+        and starts loading namespaces this replica has not seen; returns how many indexes
+        moved. Called in the background (services/query/main.py) so that a query right
+        after a large ingest finds its indexes nearly current: catching up thousands of
+        documents on the query's path took longer than its namespaces' budgets, and the
+        burst after an ingest came back partial with nothing failed."""
+        moved = 0
+        for tenant, info in namespaces:
+            slot = self.slot(tenant, info)
+            if slot.namespace_id != info.id or not slot.ready.is_set():
+                continue
+            if slot.seq < info.change_seq:
+                self.catch_up(slot, info.change_seq, CancelToken())
+                moved += 1
+        return moved
+
     # --- snapshots ----------------------------------------------------------------------
 
     def write_snapshots(self, live_namespace_ids: set[int] | None = None) -> int:

@@ -30,6 +30,9 @@ from services.storage.repository import SemanticStore  # noqa: E402
 
 SERVICE_NAME = query_service_pb2.DESCRIPTOR.services_by_name["QueryService"].full_name
 SNAPSHOT_INTERVAL_SECONDS = 5.0
+# How often the indexes replay the store's changes in the background (one read of the
+# namespace rows when nothing changed); queries still catch up the rest themselves.
+FOLLOW_INTERVAL_SECONDS = 0.25
 # Searches block on numpy/faiss (which release the GIL) and on the store; a pool larger
 # than the core count keeps slow namespaces from queueing fast ones.
 SEARCH_THREADS = 16
@@ -45,6 +48,15 @@ async def _snapshot_loop(indexes: IndexManager, store: SemanticStore) -> None:
             await asyncio.to_thread(indexes.write_snapshots, live)
         except Exception:  # noqa: BLE001 - a failed snapshot is retried on the next tick
             log.exception("writing index snapshots failed")
+
+
+async def _follow_loop(indexes: IndexManager, store: SemanticStore) -> None:
+    while True:
+        await asyncio.sleep(FOLLOW_INTERVAL_SECONDS)
+        try:
+            await asyncio.to_thread(lambda: indexes.follow(store.all_namespaces()))
+        except Exception:  # noqa: BLE001 - retried on the next tick; queries catch up anyway
+            log.exception("following the store's changes failed")
 
 
 async def _run(settings: Settings) -> None:
@@ -76,9 +88,11 @@ async def _run(settings: Settings) -> None:
         limiter=limiter,
     )
     snapshots = asyncio.create_task(_snapshot_loop(indexes, store))
+    following = asyncio.create_task(_follow_loop(indexes, store))
 
     def on_stop() -> None:
         snapshots.cancel()
+        following.cancel()
         indexes.write_snapshots()
         pool.shutdown(wait=False, cancel_futures=True)
         engine.dispose()
@@ -97,6 +111,7 @@ async def _run(settings: Settings) -> None:
         audit=auditor,
         background=shipping,
         tls=settings.tls,
+        also_listen=settings.also_listen,
         authenticator=authenticator_for(
             make_sessions(engine),
             [query_service_pb2.DESCRIPTOR.services_by_name["QueryService"]],

@@ -117,6 +117,14 @@ class RunningSystem:
     def pid(self, component: str) -> int:
         return int((self.data_dir / "run" / f"{component}.pid").read_text())
 
+    def pids(self, component: str) -> list[int]:
+        """Every process of a component `up` runs several of (the query processes:
+        query.pid, query-1.pid, ...)."""
+        run = self.data_dir / "run"
+        return [self.pid(component)] + [
+            int(p.read_text()) for p in sorted(run.glob(f"{component}-*.pid"))
+        ]
+
     def kill_component(self, component: str) -> None:
         """SIGKILL one service process: no chance to finish anything."""
         os.kill(self.pid(component), signal.SIGKILL)

@@ -364,6 +364,28 @@ class DenseIndex:
             check()
         return self._search_selected(q, k, allowed, check)
 
+    def ranked_ids(
+        self,
+        query: np.ndarray,
+        k: int,
+        allowed: set[int] | frozenset[int] | None = None,
+        cancel: CancelToken | None = None,
+    ) -> np.ndarray:
+        """The chunk ids of :meth:`search`, in its order, as an int64 array: what rank
+        fusion needs (``namespace_index.py``), without a Python tuple per hit."""
+        live = len(self._vectors)
+        if allowed is not None or self._mode != "flat" or k <= 0 or live == 0:
+            hits = self.search(query, k, allowed, cancel)
+            return np.fromiter((cid for cid, _ in hits), dtype=np.int64, count=len(hits))
+        if cancel is not None:
+            cancel.check()
+        q = np.ascontiguousarray(query, dtype=np.float32).reshape(1, -1)
+        if q.shape[1] != self.dim:
+            raise ValueError(f"query has dim {q.shape[1]}, index has {self.dim}")
+        assert self._flat is not None
+        _, labels = self._flat.search(q, min(k, live))
+        return labels[0][labels[0] >= 0]
+
     def _search_all(self, q: np.ndarray, fetch: int, k: int) -> list[tuple[int, float]]:
         """Unfiltered search for ``fetch`` neighbours (``fetch <= len(self)``)."""
         if self._mode == "flat":

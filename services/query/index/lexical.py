@@ -5,8 +5,12 @@ Layout (chosen for 2,500-50,000 chunks per namespace):
 * every live chunk has a *slot* (a row number); per slot we keep the chunk id, the
   document length and an alive flag in numpy arrays;
 * each term has a posting list stored as one compact ``array('i')`` of interleaved
-  ``(slot, tf)`` pairs. Appending is amortised O(1); a search copies the list into
-  numpy (a memcpy) and scores all its postings with vectorised arithmetic.
+  ``(slot, tf)`` pairs. Appending is amortised O(1). A search reads each query term's
+  list as two numpy arrays (slots, tf), kept between searches until that term's list
+  changes, and scores the postings of all its terms at once: one gather, one division,
+  one ``np.bincount`` (a query of a dozen terms used to cost a dozen rounds of numpy
+  calls, and the query was tokenized once per namespace; now it is tokenized once per
+  query, see ``_query_terms``).
 
 Removing a chunk only clears its alive flag (O(1)); its postings stay behind as dead
 entries until a compaction renumbers the slots and filters every list, which happens
@@ -15,8 +19,9 @@ counted over alive postings at query time, so it is always exact.
 
 Compared with a ``dict[term, dict[id, tf]]`` this uses about a tenth of the memory
 (8 bytes per posting instead of ~60-100) and scores a 50,000-posting term in tens of
-microseconds instead of milliseconds. Scoring checks the cancel token before each
-query term and every ``_BLOCK`` postings inside a long posting list.
+microseconds instead of milliseconds (the numpy copies of the searched lists add up
+to 12 bytes per posting of the terms queries use). Scoring checks the cancel token
+before each query term and before and after the vectorised scoring.
 
 Scoring is Okapi BM25 with Lucene's non-negative idf:
 ``idf = ln(1 + (N - df + 0.5) / (df + 0.5))`` and
@@ -26,6 +31,7 @@ Scoring is Okapi BM25 with Lucene's non-negative idf:
 
 from __future__ import annotations
 
+import functools
 import math
 from array import array
 from collections import Counter
@@ -38,7 +44,6 @@ from .tokenize import tokenize
 
 __all__ = ["LexicalIndex"]
 
-_BLOCK = 8192  # postings scored between two cancel checks (~20-40 us of numpy work)
 _MIN_CAPACITY = 1024
 _COMPACT_MIN_DEAD = 1024
 
@@ -59,6 +64,10 @@ class LexicalIndex:
         self.b = float(b)
         self._tokenize = tokenizer
         self._postings: dict[str, array] = {}
+        # term -> (slots int32, tf float64): a posting list as numpy, for searches; a
+        # write drops the entries of the terms it changes (concurrent searches may fill
+        # it: one dict store, atomic under the GIL, of arrays nobody mutates).
+        self._arrays: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._slot_of: dict[int, int] = {}
         self._ids = np.zeros(_MIN_CAPACITY, dtype=np.int64)
         self._dl = np.zeros(_MIN_CAPACITY, dtype=np.float64)
@@ -96,7 +105,9 @@ class LexicalIndex:
         self._alive[slot] = True
         self._total_len += len(tokens)
         postings = self._postings
+        arrays = self._arrays
         for term, tf in Counter(tokens).items():
+            arrays.pop(term, None)
             plist = postings.get(term)
             if plist is None:
                 plist = postings[term] = array("i")
@@ -148,6 +159,7 @@ class LexicalIndex:
         dl[: len(live_slots)] = self._dl[live_slots]
         alive_new[: len(live_slots)] = True
         self._postings = new_postings
+        self._arrays = {}
         self._ids, self._dl, self._alive = ids, dl, alive_new
         self._nslots = len(live_slots)
         self._slot_of = {int(cid): i for i, cid in enumerate(ids[: len(live_slots)])}
@@ -170,43 +182,11 @@ class LexicalIndex:
         if k <= 0:
             return []
         check = cancel.check if cancel is not None else _no_check
-        check()
+        scored = self._scores(query_text, check)
+        if scored is None:
+            return []
+        scores, cand = scored
         nlive = len(self._slot_of)
-        if nlive == 0:
-            return []
-        qterms = Counter(self._tokenize(query_text))
-        if not qterms:
-            return []
-        n = self._nslots
-        alive = self._alive[:n]
-        dl = self._dl[:n]
-        avgdl = self._total_len / nlive if self._total_len > 0 else 1.0
-        k1, b = self.k1, self.b
-        scores = np.zeros(n, dtype=np.float64)
-        any_hit = False
-        for term, qtf in qterms.items():
-            check()
-            plist = self._postings.get(term)
-            if plist is None:
-                continue
-            pairs = np.array(plist, dtype=np.int32).reshape(-1, 2)  # copy: no buffer export
-            slots = pairs[:, 0]
-            df = int(np.count_nonzero(alive[slots]))
-            if df == 0:
-                continue
-            any_hit = True
-            weight = qtf * math.log(1.0 + (nlive - df + 0.5) / (df + 0.5)) * (k1 + 1.0)
-            for start in range(0, len(slots), _BLOCK):
-                if start:
-                    check()
-                s = slots[start : start + _BLOCK]
-                tf = pairs[start : start + _BLOCK, 1].astype(np.float64)
-                scores[s] += weight * tf / (tf + k1 * (1.0 - b + b * dl[s] / avgdl))
-        if not any_hit:
-            return []
-        check()
-        scores[~alive] = 0.0
-        cand = np.flatnonzero(scores > 0.0)
         if allowed_ids is None:
             return self._top(scores, cand, k)
         # Filter: walk the best candidates in score order and keep allowed ones, so the
@@ -236,14 +216,111 @@ class LexicalIndex:
         out.sort(key=lambda hit: (-hit[1], hit[0]))  # batches may meet inside a tie
         return out
 
+    def ranked_ids(
+        self,
+        query_text: str,
+        k: int,
+        allowed_ids: set[int] | frozenset[int] | None = None,
+        cancel: CancelToken | None = None,
+    ) -> np.ndarray:
+        """The chunk ids of :meth:`search`, in its order, as an int64 array: what rank
+        fusion needs (``namespace_index.py``), without a Python tuple per hit."""
+        if allowed_ids is not None or k <= 0:
+            hits = self.search(query_text, k, allowed_ids, cancel)
+            return np.fromiter((cid for cid, _ in hits), dtype=np.int64, count=len(hits))
+        check = cancel.check if cancel is not None else _no_check
+        scored = self._scores(query_text, check)
+        if scored is None:
+            return np.zeros(0, dtype=np.int64)
+        scores, cand = scored
+        return self._ids[self._top_slots(scores, cand, k)]
+
+    def _scores(
+        self, query_text: str, check: Callable[[], None]
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """BM25 score of every slot and the slots that scored, or None when no chunk
+        shares a term with the query."""
+        check()
+        nlive = len(self._slot_of)
+        if nlive == 0:
+            return None
+        qterms = _query_terms(self._tokenize, query_text)
+        if not qterms:
+            return None
+        n = self._nslots
+        alive = self._alive[:n]
+        some_dead = nlive < n
+        avgdl = self._total_len / nlive if self._total_len > 0 else 1.0
+        k1, b = self.k1, self.b
+        parts_slots: list[np.ndarray] = []
+        parts_tf: list[np.ndarray] = []
+        weights: list[float] = []
+        lengths: list[int] = []
+        for term, qtf in qterms:
+            check()
+            posting = self._posting_arrays(term)
+            if posting is None:
+                continue
+            slots, tf = posting
+            df = int(np.count_nonzero(alive[slots])) if some_dead else len(slots)
+            if df == 0:
+                continue
+            parts_slots.append(slots)
+            parts_tf.append(tf)
+            weights.append(qtf * math.log(1.0 + (nlive - df + 0.5) / (df + 0.5)) * (k1 + 1.0))
+            lengths.append(len(slots))
+        if not parts_slots:
+            return None
+        check()
+        if len(parts_slots) == 1:
+            all_slots, all_tf = parts_slots[0], parts_tf[0]
+        else:
+            all_slots, all_tf = np.concatenate(parts_slots), np.concatenate(parts_tf)
+        # tf * (k1 + 1) * idf / (tf + k1 * (1 - b + b * dl / avgdl)), per posting, then
+        # summed per slot
+        norm = self._dl[all_slots] * (k1 * b / avgdl)
+        norm += k1 * (1.0 - b)
+        norm += all_tf
+        contrib = np.repeat(np.asarray(weights), lengths)
+        contrib *= all_tf
+        contrib /= norm
+        scores = np.bincount(all_slots, weights=contrib, minlength=n)
+        check()
+        if some_dead:
+            scores[~alive] = 0.0
+        return scores, np.flatnonzero(scores > 0.0)
+
+    def _posting_arrays(self, term: str) -> tuple[np.ndarray, np.ndarray] | None:
+        cached = self._arrays.get(term)
+        if cached is not None:
+            return cached
+        plist = self._postings.get(term)
+        if plist is None:
+            return None
+        pairs = np.array(plist, dtype=np.int32).reshape(-1, 2)  # copy: no buffer export
+        entry = (np.ascontiguousarray(pairs[:, 0]), pairs[:, 1].astype(np.float64))
+        self._arrays[term] = entry
+        return entry
+
     def _top(self, scores: np.ndarray, cand: np.ndarray, m: int) -> list[tuple[int, float]]:
         """The ``m`` best of the candidate slots, as (chunk_id, score), score desc then id."""
+        best = self._top_slots(scores, cand, m)
+        return list(zip(self._ids[best].tolist(), scores[best].tolist(), strict=True))
+
+    def _top_slots(self, scores: np.ndarray, cand: np.ndarray, m: int) -> np.ndarray:
+        """The ``m`` best of the candidate slots, score desc then chunk id."""
         if len(cand) > m:
             cand = cand[np.argpartition(-scores[cand], m - 1)[:m]]
-        cand_ids = self._ids[cand]
-        order = np.lexsort((cand_ids, -scores[cand]))
-        return [(int(cand_ids[i]), float(scores[cand[i]])) for i in order]
+        return cand[np.lexsort((self._ids[cand], -scores[cand]))]
 
 
 def _no_check() -> None:
     return None
+
+
+@functools.lru_cache(maxsize=256)
+def _query_terms(tokenizer: Callable[[str], list[str]], text: str) -> tuple[tuple[str, int], ...]:
+    """The query's distinct terms with their counts. Cached: one query searches several
+    namespaces, each with its own index, and tokenizing (NFKC, case folding, a regular
+    expression over every character) cost more than scoring."""
+    return tuple(Counter(tokenizer(text)).items())

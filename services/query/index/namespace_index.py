@@ -263,14 +263,17 @@ class NamespaceIndex:
             allowed = self._allowed(filter)
             if allowed is not None and not allowed:
                 return []
-            dense = self._dense.search(q, n, allowed, cancel) if q is not None else []
+            none = np.zeros(0, dtype=np.int64)
+            dense = self._dense.ranked_ids(q, n, allowed, cancel) if q is not None else none
             cancel.check()
-            lexical = self._lexical.search(query_text, n, allowed, cancel) if query_text else []
+            lexical = (
+                self._lexical.ranked_ids(query_text, n, allowed, cancel) if query_text else none
+            )
             cancel.check()
-            fused = _rrf((dense, lexical))
+            fused_ids, fused_scores = _rrf((dense, lexical))
             hits: list[Hit] = []
             seen_hashes: set[str] = set()
-            for cid, score in fused:
+            for cid, score in zip(fused_ids.tolist(), fused_scores.tolist(), strict=True):
                 rec = self._records[cid]
                 key = rec.content_hash or f"\x00chunk:{cid}"  # no hash: never a duplicate
                 if key in seen_hashes:
@@ -379,13 +382,18 @@ def _with_vector(rec: ChunkRecord, vector: np.ndarray) -> ChunkRecord:
     )
 
 
-def _rrf(rankings: Sequence[Sequence[tuple[int, float]]]) -> list[tuple[int, float]]:
-    """Reciprocal rank fusion; ties broken by best single rank, then chunk id."""
-    fused: dict[int, float] = {}
-    best: dict[int, int] = {}
-    for ranking in rankings:
-        for rank, (cid, _score) in enumerate(ranking, start=1):
-            fused[cid] = fused.get(cid, 0.0) + 1.0 / (RRF_K + rank)
-            if rank < best.get(cid, 1 << 30):
-                best[cid] = rank
-    return sorted(fused.items(), key=lambda kv: (-kv[1], best[kv[0]], kv[0]))
+def _rrf(rankings: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Reciprocal rank fusion of rankings given as arrays of ids (best first): the fused
+    ids, score desc, ties broken by best single rank, then chunk id, and their scores.
+    In numpy: in the query service's profile the fusion in Python (a dict per query and
+    namespace, a tuple per hit of each retriever) cost more than BM25's scoring."""
+    ids = np.concatenate(rankings)
+    if len(ids) == 0:
+        return ids, np.zeros(0, dtype=np.float64)
+    ranks = np.concatenate([np.arange(1, len(r) + 1, dtype=np.int64) for r in rankings])
+    unique, where = np.unique(ids, return_inverse=True)
+    fused = np.bincount(where, weights=1.0 / (RRF_K + ranks), minlength=len(unique))
+    best = np.full(len(unique), np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(best, where, ranks)
+    order = np.lexsort((unique, best, -fused))
+    return unique[order], fused[order]
