@@ -22,7 +22,7 @@ from services.audit.chain import GENESIS, HASHED_FIELDS, event_hash
 from services.audit.parallel_walk import parallel_walker
 from services.audit.signing import CheckpointKeys, PrivateKey
 from services.audit.verify import Cadence, Report, WitnessedHeads, verify_chain
-from services.audit.witness import APPENDED, UNVOUCHED, Head
+from services.audit.witness import APPENDED, CHECKPOINT, UNVOUCHED, Head
 from services.common.timefmt import rfc3339
 from services.storage.audit_models import AuditCheckpointRow, AuditEventRow, AuditHeadRow
 
@@ -119,14 +119,7 @@ class AuditStore:
                 last = self._latest(session, head.tenant)
                 if last is not None and last.seq >= head.seq:
                     continue
-                signed = Head(
-                    tenant=head.tenant,
-                    seq=head.seq,
-                    head_hash=head.hash,
-                    signed_at=signed_at,
-                    key_id=key.key_id,
-                    signature=key.sign(head.tenant, head.seq, head.hash, signed_at),
-                )
+                signed = _signed(head, key, signed_at, CHECKPOINT)
                 session.add(AuditCheckpointRow(**signed.fields()))
                 written.append(signed)
         return written
@@ -141,19 +134,7 @@ class AuditStore:
             rows = session.scalars(
                 select(AuditHeadRow).where(AuditHeadRow.tenant.in_(sorted(set(tenants))))
             ).all()
-            return [
-                Head(
-                    tenant=row.tenant,
-                    seq=row.seq,
-                    head_hash=row.hash,
-                    signed_at=signed_at,
-                    key_id=key.key_id,
-                    signature=key.sign(row.tenant, row.seq, row.hash, signed_at),
-                    kind=APPENDED,
-                )
-                for row in rows
-                if row.seq > 0
-            ]
+            return [_signed(row, key, signed_at, APPENDED) for row in rows if row.seq > 0]
 
     def unsigned_heads(self, key: PrivateKey, now: dt.datetime | None = None) -> list[Head]:
         """Each chain whose head is beyond its latest checkpoint, as an ``unvouched`` head
@@ -165,17 +146,7 @@ class AuditStore:
                 last = self._latest(session, head.tenant)
                 if head.seq == 0 or (last is not None and last.seq >= head.seq):
                     continue
-                found.append(
-                    Head(
-                        tenant=head.tenant,
-                        seq=head.seq,
-                        head_hash=head.hash,
-                        signed_at=signed_at,
-                        key_id=key.key_id,
-                        signature=key.sign(head.tenant, head.seq, head.hash, signed_at),
-                        kind=UNVOUCHED,
-                    )
-                )
+                found.append(_signed(head, key, signed_at, UNVOUCHED))
         return found
 
     def latest_checkpoints(self) -> list[Head]:
@@ -324,3 +295,17 @@ class AuditStore:
 
 def _head(row: AuditCheckpointRow) -> Head:
     return Head(row.tenant, row.seq, row.head_hash, row.signed_at, row.key_id, row.signature)
+
+
+def _signed(head: AuditHeadRow, key: PrivateKey, signed_at: str, kind: str) -> Head:
+    """A chain's head signed by ``key`` at ``signed_at``, as a ``kind`` head
+    (``services/audit/witness.py`` says what each kind vouches for)."""
+    return Head(
+        tenant=head.tenant,
+        seq=head.seq,
+        head_hash=head.hash,
+        signed_at=signed_at,
+        key_id=key.key_id,
+        signature=key.sign(head.tenant, head.seq, head.hash, signed_at),
+        kind=kind,
+    )
