@@ -161,11 +161,22 @@ def main(argv: list[str] | None = None) -> int:
     peer_data = Path(
         os.environ.get("PEERBENCH_DATA", Path.home() / ".cache" / "reachstore-peerbench")
     )
-    system = RunningSystem(data_dir, extra_args=tuple(args.up_arg))
-    report: dict[str, Any] = {"size": args.size, "up_args": args.up_arg}
+    # One query process per core unless the flags say otherwise: the figures are of what
+    # this machine allows (the default of `up` is one, while call limits are per process).
+    up_args = (
+        args.up_arg
+        if any(a.startswith("--query-processes") for a in args.up_arg)
+        else [
+            "--query-processes",
+            "0",
+            *args.up_arg,
+        ]
+    )
+    system = RunningSystem(data_dir, extra_args=tuple(up_args))
+    report: dict[str, Any] = {"size": args.size, "up_args": up_args}
     engine = None
     try:
-        log(f"starting reachstore up in {data_dir} {' '.join(args.up_arg)} ...")
+        log(f"starting reachstore up in {data_dir} {' '.join(up_args)} ...")
         system.start()
         engine = make_engine(Settings.from_env({"REACHSTORE_DATA_DIR": str(data_dir)}).database_url)
         store = SemanticStore(make_sessions(engine))

@@ -442,7 +442,7 @@ def _query_processes(
 ) -> list[tuple[str, dict[str, str]]]:
     """The query processes' names and extra settings. One query process uses one core: its
     Python code (the embedder's tokenizer, BM25's, the asyncio loop) holds one interpreter
-    lock. So `up` starts ``--query-processes`` of them (default: one per core), all on the
+    lock. So `up` can start ``--query-processes`` of them (0: one per core), all on the
     query port (gRPC servers set SO_REUSEPORT, so each connection lands on one of them),
     and each on a port of its own as well, which the other components get as the query
     service's replicas (REACHSTORE_QUERY_ADDR; gRPC balances their calls round robin,
@@ -508,9 +508,10 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument(
         "--query-processes",
         type=int,
-        default=0,
-        help="query service processes (one core each), sharing the query port; "
-        "default 0: one per core",
+        default=1,
+        help="query service processes (one core each), sharing the query port; 0: one per "
+        "core. Default 1: call-rate limits are counted per process, so N processes let a "
+        "key call N times its rate",
     )
     up.add_argument(
         "--reach-config",

@@ -109,11 +109,14 @@ class TlsFiles:
             certificate_chain=self.cert_chain or None,
         )
 
-    def channel_options(self) -> list[tuple[str, Any]]:
-        """Options a channel to a peer needs besides its credentials."""
-        if self.calling and self.server_name:
-            return [("grpc.ssl_target_name_override", self.server_name)]
-        return []
+    def channel_options(self, target: str = "") -> list[tuple[str, Any]]:
+        """Options a channel to ``target`` needs besides its credentials. A list of
+        replicas (``ipv4:a:1,b:2``, services/common/channels.py) has no one name to check
+        the certificates against: without ``server_name``, its first host's."""
+        if not self.calling:
+            return []
+        name = self.server_name or _first_host(target)
+        return [("grpc.ssl_target_name_override", name)] if name else []
 
     def client_ssl_context(self) -> ssl.SSLContext:
         """For HTTPS calls to the bridge (`up` waits on its health page this way)."""
@@ -130,7 +133,7 @@ def secure_channel(
     target: str, tls: TlsFiles, options: list[tuple[str, Any]] | None = None
 ) -> grpc.Channel:
     """A blocking channel to a peer: TLS when ``tls`` calls for it, plain text otherwise."""
-    options = [*(options or []), *tls.channel_options()]
+    options = [*(options or []), *tls.channel_options(target)]
     credentials = tls.channel_credentials()
     if credentials is None:
         return grpc.insecure_channel(target, options=options)
@@ -141,11 +144,21 @@ def secure_aio_channel(
     target: str, tls: TlsFiles, options: list[tuple[str, Any]] | None = None
 ) -> grpc.aio.Channel:
     """The ``grpc.aio`` form of ``secure_channel``."""
-    options = [*(options or []), *tls.channel_options()]
+    options = [*(options or []), *tls.channel_options(target)]
     credentials = tls.channel_credentials()
     if credentials is None:
         return grpc.aio.insecure_channel(target, options=options)
     return grpc.aio.secure_channel(target, credentials, options=options)
+
+
+def _first_host(target: str) -> str:
+    """The host of the first address of an ``ipv4:``/``ipv6:`` list; "" for any other
+    target, whose own name gRPC checks."""
+    scheme, _, rest = target.partition(":")
+    if scheme not in ("ipv4", "ipv6") or not rest:
+        return ""
+    first = rest.split(",")[0]
+    return first.rpartition(":")[0].strip("[]")
 
 
 def _read(name: str, path: str) -> bytes:

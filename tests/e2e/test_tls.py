@@ -330,3 +330,16 @@ def test_the_readiness_probe_speaks_tls(tls_system: RunningSystem, certs: CertSe
     assert probe(trusting, "elsewhere.test") == 1
     assert probe({}) == 1  # plain text gets nothing
     assert probe({"REACHSTORE_TLS_CA_FILE": certs.path("other-ca.pem")}) == 1
+
+
+def test_the_bridge_reaches_every_query_process_over_tls(tmp_path: Path, certs: CertSet) -> None:
+    """With two query processes the bridge has a list of replicas, which carries no one
+    name: the certificates are checked against the replicas' host."""
+    system = RunningSystem(tmp_path, extra_args=_tls_args(certs, "--query-processes", "2"))
+    system.start()
+    try:
+        with Client.rest(system.http_url, tls=Tls(ca_file=certs.ca)) as client:
+            for _ in range(4):  # round robin: both processes answer
+                assert _demo_found(client)
+    finally:
+        assert system.stop() == 0, "".join(system.output[-40:])

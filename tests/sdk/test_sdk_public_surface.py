@@ -47,6 +47,7 @@ PUBLIC = {
     "SearchResult",
     "Task",
     "TaskWaitTimeoutError",
+    "Tls",
     "TransientError",
     "VerifyResult",
 }

@@ -61,8 +61,14 @@ class Tls:
             certificate_chain=read(self.cert_file),
         )
 
-    def grpc_options(self) -> list[tuple[str, Any]]:
-        return [("grpc.ssl_target_name_override", self.server_name)] if self.server_name else []
+    def grpc_options(self, target: str = "") -> list[tuple[str, Any]]:
+        """A list of replicas (``ipv4:a:1,b:2``) has no one name to check certificates
+        against: without ``server_name``, its first host's."""
+        name = self.server_name
+        scheme, _, rest = target.partition(":")
+        if not name and scheme in ("ipv4", "ipv6") and rest:
+            name = rest.split(",")[0].rpartition(":")[0].strip("[]")
+        return [("grpc.ssl_target_name_override", name)] if name else []
 
     def ssl_context(self) -> ssl.SSLContext:
         context = ssl.create_default_context(cafile=self.ca_file)

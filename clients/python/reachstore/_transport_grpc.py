@@ -71,14 +71,14 @@ class _Targets:
 def _open(target: str, tls: Tls | None) -> grpc.Channel:
     if tls is None:
         return grpc.insecure_channel(channel_target(target), options=CHANNEL_OPTIONS)
-    options = [*CHANNEL_OPTIONS, *tls.grpc_options()]
+    options = [*CHANNEL_OPTIONS, *tls.grpc_options(channel_target(target))]
     return grpc.secure_channel(channel_target(target), tls.grpc_credentials(), options=options)
 
 
 def _open_aio(target: str, tls: Tls | None) -> grpc.aio.Channel:
     if tls is None:
         return grpc.aio.insecure_channel(channel_target(target), options=CHANNEL_OPTIONS)
-    options = [*CHANNEL_OPTIONS, *tls.grpc_options()]
+    options = [*CHANNEL_OPTIONS, *tls.grpc_options(channel_target(target))]
     return grpc.aio.secure_channel(channel_target(target), tls.grpc_credentials(), options=options)
 
 
