@@ -5,7 +5,10 @@ default; written with COPY, hashed by ``services/audit/chain.py``, one signed ch
 at its head), then, in the same run:
 
 - **raw read**: the hashed columns of every row through one psycopg server-side cursor,
-  in chain order, doing nothing with them: what reading the chain costs at the least;
+  in chain order, doing nothing with them: what reading the chain as rows costs;
+- **raw COPY read**: the same rows as ``COPY … TO STDOUT`` text, each line taken off the
+  connection by libpq and dropped: what reading the chain costs at the least, and how
+  verify's workers read it on PostgreSQL (``services/audit/copy_walk.py``);
 - **verify**: ``AuditStore.verify`` of the chain, as the audit service and
   ``reachstore audit verify`` run it (in parallel over the cores when the chain is long:
   ``services/audit/parallel_walk.py``), also with ``REACHSTORE_AUDIT_VERIFY_PARALLEL_MIN``
@@ -108,6 +111,21 @@ def raw_read(url: str) -> tuple[float, int]:
     return time.perf_counter() - started, rows
 
 
+def raw_copy_read(url: str) -> tuple[float, int]:
+    libpq = url.replace("postgresql+psycopg://", "postgresql://")
+    started = time.perf_counter()
+    rows = 0
+    with psycopg.connect(libpq) as conn:
+        select = f"SELECT {', '.join(COLUMNS)} FROM audit_events WHERE tenant = '{TENANT}'"
+        conn.pgconn.send_query(f"COPY ({select} ORDER BY seq) TO STDOUT".encode())
+        conn.pgconn.get_result()
+        while conn.pgconn.get_copy_data(0)[0] >= 0:
+            rows += 1
+        while conn.pgconn.get_result() is not None:
+            pass
+    return time.perf_counter() - started, rows
+
+
 def verify(url: str, keys: CheckpointKeys) -> tuple[float, int, bool, int]:
     engine = make_engine(url)
     store = AuditStore(make_sessions(engine))
@@ -131,20 +149,24 @@ def main() -> None:
         fill(url, args.events, key)
         print(f"PostgreSQL {version}: {args.events:,} events written in "
               f"{time.perf_counter() - started:.1f} s")  # fmt: skip
-        raws, parallel, single = [], [], []
+        raws, copies, parallel, single = [], [], [], []
         for _ in range(args.repeat):
             raws.append(raw_read(url)[0])
+            copies.append(raw_copy_read(url)[0])
             parallel.append(verify(url, keys))
             os.environ[MIN_EVENTS_SETTING] = str(args.events + 1)
             single.append(verify(url, keys))
             del os.environ[MIN_EVENTS_SETTING]
         raw_s = statistics.median(raws)
+        copy_s = statistics.median(copies)
         print(f"raw read of the same rows:   {raw_s:6.2f} s  ({args.events / raw_s:,.0f} rows/s)")
+        print(f"raw COPY read of them:       {copy_s:6.2f} s  ({args.events / copy_s:,.0f} rows/s)")
         for name, runs in (("verify", parallel), ("verify in one process", single)):
             seconds = statistics.median(r[0] for r in runs)
             whole = all(r[2] and r[1] == args.events for r in runs)
             print(
-                f"{name + ':':28s} {seconds:6.2f} s  ({seconds / raw_s:.2f}x the raw read; "
+                f"{name + ':':28s} {seconds:6.2f} s  ({seconds / raw_s:.2f}x the raw read, "
+                f"{seconds / copy_s:.2f}x the raw COPY read; "
                 f"{runs[0][3]} walker(s); chain whole: {whole})"
             )
 

@@ -23,6 +23,7 @@ from collections.abc import Callable
 
 from sqlalchemy.engine import make_url
 
+from services.audit.copy_walk import copy_walk
 from services.audit.verify import Stops, Walk, quick_walk
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,8 @@ def _walk_stretch(url: str, tenant: str, lo: int, hi: int | None, stops: Stops) 
 
     engine = make_engine(url)
     try:
+        if engine.dialect.name == "postgresql":
+            return copy_walk(engine, tenant, lo, hi, stops)
         return quick_walk(AuditStore(make_sessions(engine)).chain_rows(tenant, lo, hi), stops)
     finally:
         engine.dispose()
