@@ -13,7 +13,7 @@ import grpc
 import httpx
 import numpy as np
 
-TARGET_INGEST_RATIO = 0.70  # end-to-end chunks/s over the raw embedder's
+TARGET_INGEST_RATIO = 0.85  # end-to-end chunks/s over the raw embedder's on every core
 TARGET_GRPC_P50_RATIO = 1.5  # over the in-process p50
 TARGET_REST_P50_RATIO = 2.0
 THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
@@ -85,24 +85,28 @@ def print_report(r: dict[str, Any]) -> None:
 def _print_ingest(r: dict[str, Any]) -> None:
     p = print
     a, raw, vc = r["ingest"], r["raw_embedding"], r["vector_check"]
+    cores = r["raw_embedding_all_cores"]
     p("")
     p(
         f"(a) INGEST  {a['documents']} documents -> {a['chunks']} chunks, {a['batches']} REST "
         f"batches of <= {a['batch_size']}, on_duplicate=overwrite"
     )
     p(
-        f"    the ingest service is ONE process with ONE embedder thread (REACHSTORE_EMBED_THREADS="
-        f"{r['config']['embed_threads']}), embed calls of <= {raw['batch']} chunks"
+        f"    the ingest service embeds in {r['config']['ingest_embed_processes']} process(es) "
+        f"(REACHSTORE_EMBED_THREADS={r['config']['embed_threads']}), calls of <= {raw['batch']}"
+        " chunks"
     )
     p(f"    {'':56s} {'seconds':>8s} {'docs/s':>8s} {'chunks/s':>9s}")
     for label, x in (
         ("end-to-end: 1st batch submitted -> last task completed", a),
         (f"raw embedder in this process, threads=1, batches of {raw['batch']}", raw),
+        (f"raw embedder in {cores['processes']} processes, batches of {cores['batch']}", cores),
     ):
         p(f"    {label:56s} {x['seconds']:8.1f} {x['docs_per_s']:8.1f} {x['chunks_per_s']:9.1f}")
     ratio = a["ratio_to_raw"]
+    p(f"    ratio end-to-end / raw in one process = {100 * a['ratio_to_raw_one_process']:.1f} %")
     p(
-        f"    ratio end-to-end / raw = {100 * ratio:.1f} %   "
+        f"    ratio end-to-end / raw on every core = {100 * ratio:.1f} %   "
         f"(target >= {100 * TARGET_INGEST_RATIO:.0f} %)  {_verdict(ratio >= TARGET_INGEST_RATIO)}"
     )
     server_s = a["seconds_server_stamped"]

@@ -52,13 +52,14 @@ sys.path.insert(1, str(ROOT))  # for tests.e2e.system; bench/ itself is sys.path
 
 import _diagnostics  # noqa: E402
 import _query_bench as qb  # noqa: E402
-from _ingest_bench import ingest, raw_embedding, vector_check  # noqa: E402
+from _ingest_bench import ingest, raw_embedding, raw_embedding_all_cores, vector_check  # noqa: E402
 from _report import machine_facts, print_report  # noqa: E402
 from _stats import Pids  # noqa: E402
 
 from reachstore.query.v1 import query_service_pb2_grpc as qgrpc  # noqa: E402
 from services.common.config import ENVIRONMENT, Settings  # noqa: E402
 from services.embedding import UsemEmbedder  # noqa: E402
+from services.embedding.forked import processes_wanted  # noqa: E402
 from services.query.index import configure_threads  # noqa: E402
 from services.storage.engine import make_engine, make_sessions  # noqa: E402
 from services.storage.repository import SemanticStore  # noqa: E402
@@ -102,6 +103,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--warmup", type=int, default=100, help="untimed queries before each configuration"
     )
     parser.add_argument("--concurrency", default="1,8", help="comma-separated client concurrencies")
+    parser.add_argument(
+        "--ingest-only", action="store_true", help="stop after (a), the ingest measurement"
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the JSON result here")
     args = parser.parse_args(argv)
     if args.queries < 1 or args.warmup < 0:
@@ -134,11 +138,44 @@ def run_ingest(
     raw = raw_embedding(embedder, order, INGEST_BATCH_CHUNKS)
     raw["model_load_seconds"] = load_seconds
     log(f"    raw {raw['seconds']:.1f} s ({raw['chunks_per_s']:.1f} chunks/s)")
-    a["ratio_to_raw"] = a["chunks_per_s"] / raw["chunks_per_s"]
+    cores = len(os.sched_getaffinity(0))
+    log(f"    raw embedding of the same texts in {cores} processes ...")
+    all_cores = raw_embedding_all_cores(order, INGEST_BATCH_CHUNKS, cores, EMBED_THREADS)
+    log(f"    raw, {cores} processes: {all_cores['seconds']:.1f} s "
+        f"({all_cores['chunks_per_s']:.1f} chunks/s)")  # fmt: skip
+    report["raw_embedding_all_cores"] = all_cores
+    a["ratio_to_raw"] = a["chunks_per_s"] / all_cores["chunks_per_s"]
+    a["ratio_to_raw_one_process"] = a["chunks_per_s"] / raw["chunks_per_s"]
     report["ingest"] = a
     report["vector_check"] = vector_check(store, names, raw.pop("vectors"))
     report["raw_embedding"] = raw
     return embedder
+
+
+def run_all_queries(
+    args: argparse.Namespace,
+    report: dict[str, Any],
+    system: RunningSystem,
+    pids: Pids,
+    store: SemanticStore,
+    embedder: UsemEmbedder,
+    names: list[str],
+    queries: list[str],
+    sources: list[str],
+    tmp_root: Path,
+) -> None:
+    """(b) and (c), next to in-process indexes built from the stored chunks."""
+    log("building in-process indexes from the stored chunks ...")
+    t = time.perf_counter()
+    configure_threads(1)
+    indexes = qb.load_indexes(store, names, tmp_root / "inprocess-indexes")
+    report["inprocess_index"] = {
+        "build_seconds": time.perf_counter() - t,
+        "chunks": {n: indexes[n].chunk_count for n in names},
+        "dense_mode": {n: indexes[n].dense_mode for n in names},
+    }
+    inproc = qb.InProcess(embedder, indexes)
+    run_queries(args, report, system, pids, inproc, names, queries, sources)
 
 
 def run_queries(
@@ -241,6 +278,9 @@ def main(argv: list[str] | None = None) -> int:
             "query_count": len(queries),
             "ingest_limit": args.ingest_limit,
             "embed_threads": EMBED_THREADS,
+            "ingest_embed_processes": processes_wanted(
+                int(os.environ.get("REACHSTORE_INGEST_EMBED_PROCESSES", "0") or 0)
+            ),
             "tmp_root": str(tmp_root),
             "argv": sys.argv[1:],
         },
@@ -266,17 +306,10 @@ def main(argv: list[str] | None = None) -> int:
         engine = make_engine(settings.database_url)
         store = SemanticStore(make_sessions(engine))
         embedder = run_ingest(report, system, pids, store, names, docs)
-        log("building in-process indexes from the stored chunks ...")
-        t = time.perf_counter()
-        configure_threads(1)
-        indexes = qb.load_indexes(store, names, tmp_root / "inprocess-indexes")
-        report["inprocess_index"] = {
-            "build_seconds": time.perf_counter() - t,
-            "chunks": {n: indexes[n].chunk_count for n in names},
-            "dense_mode": {n: indexes[n].dense_mode for n in names},
-        }
-        inproc = qb.InProcess(embedder, indexes)
-        run_queries(args, report, system, pids, inproc, names, queries, sources)
+        if not args.ingest_only:
+            run_all_queries(
+                args, report, system, pids, store, embedder, names, queries, sources, tmp_root
+            )
     except KeyboardInterrupt:
         log("interrupted: stopping the system")
         return 130

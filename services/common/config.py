@@ -146,6 +146,11 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
     ),
     "REACHSTORE_QUERY_MAX_NAMESPACES": ("32", "Most namespaces one query may name."),
     "REACHSTORE_INGEST_BATCH_CHUNKS": ("64", "Chunks the ingest worker embeds in one call."),
+    "REACHSTORE_INGEST_EMBED_PROCESSES": (
+        "0",
+        "Processes the ingest service embeds in (forked copies): 0 for one per core, "
+        "1 for in the ingest process only.",
+    ),
     "REACHSTORE_INGEST_LEASE_S": (
         "30",
         "Seconds an ingest process holds the tasks it claimed, by the database's clock, "
@@ -370,6 +375,7 @@ class Settings:
     query_timeout_cap_ms: int
     query_max_namespaces: int
     ingest_batch_chunks: int
+    ingest_embed_processes: int
     fault_namespace_delay_ms: Mapping[str, int]
     fault_rebuild_delay_ms: int
     log_level: str
@@ -440,6 +446,7 @@ class Settings:
             query_timeout_cap_ms=cap_ms,
             query_max_namespaces=_int(env, "REACHSTORE_QUERY_MAX_NAMESPACES", 1),
             ingest_batch_chunks=_int(env, "REACHSTORE_INGEST_BATCH_CHUNKS", 1),
+            ingest_embed_processes=_int(env, "REACHSTORE_INGEST_EMBED_PROCESSES", 0),
             fault_namespace_delay_ms=_delays(env.get("REACHSTORE_FAULT_NAMESPACE_DELAY_MS", "")),
             fault_rebuild_delay_ms=_int(env, "REACHSTORE_FAULT_REBUILD_DELAY_MS", 0),
             require_keys=require_keys,

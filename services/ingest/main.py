@@ -14,6 +14,7 @@ from services.common.config import Settings
 from services.common.limits import RequestLimiter
 from services.common.runner import serve
 from services.embedding import default_embedder
+from services.embedding.forked import ForkedEmbedders, processes_wanted
 from services.ingest.api.servicer import IngestServicer
 from services.ingest.worker import IngestWorker
 from services.storage.engine import init_schema, make_engine, make_sessions
@@ -31,13 +32,17 @@ SERVICES = [
 def main() -> None:
     settings = Settings.from_env(default_listen="127.0.0.1:50052")
     logs.configure("ingest", settings.log_level)
+    # First, before any thread or connection exists: the copies are forked from here.
+    embedder = ForkedEmbedders.start(
+        default_embedder(settings.embed_threads),
+        processes_wanted(settings.ingest_embed_processes),
+    )
     engine = make_engine(settings.database_url)
     init_schema(engine)
     sessions = make_sessions(engine)
     auditor, shipping, _ = auditing(sessions, settings, ["ingest", "admin"])
     store = SemanticStore(sessions)
     tasks = TaskStore(sessions, settings.worker_id, settings.ingest_lease_s)
-    embedder = default_embedder(settings.embed_threads)
     worker = IngestWorker(
         store,
         tasks,
