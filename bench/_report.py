@@ -68,6 +68,8 @@ def print_report(r: dict[str, Any]) -> None:
         f"data under {c['tmp_root']}"
     )
     _print_ingest(r)
+    if "recall" not in r:  # --ingest-only
+        return
     _print_query(r)
     rc = r["recall"]
     p("")

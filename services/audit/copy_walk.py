@@ -24,6 +24,7 @@ import itertools
 import operator
 import re
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 import psycopg
 from psycopg import pq, sql
@@ -60,6 +61,8 @@ _BATCH = 1000
 # COPY's text escapes (``\\N`` aside): what follows the backslash, and what it stands for.
 _ESCAPES = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v"}
 _ESCAPE = re.compile(r"\\(.)", re.DOTALL)
+# An integer column's text: optional sign, ASCII digits (``str.isdigit`` takes others too).
+_DIGITS = re.compile(r"-?[0-9]+", re.ASCII)
 
 
 def copy_walk(engine: Engine, tenant: str, lo: int, hi: int | None, stops: Stops) -> Walk | None:
@@ -79,6 +82,8 @@ def copy_walk(engine: Engine, tenant: str, lo: int, hi: int | None, stops: Stops
             lo=sql.Literal(lo),
             upper=sql.SQL("") if hi is None else sql.SQL(" AND seq <= {}").format(sql.Literal(hi)),
         )
+        if not _typed_as_stored(conn):
+            return None  # the walk over rows reads what the columns now hold, and says so
         # Through libpq's own calls (``Connection.pgconn``, which psycopg documents for
         # such use): its cursor's ``Copy`` reads a row at a time through several Python
         # generators, which cost more than hashing the row. This runs in a worker process
@@ -99,6 +104,27 @@ def copy_walk(engine: Engine, tenant: str, lo: int, hi: int | None, stops: Stops
             raw.close()
         else:
             raw.invalidate()  # rows left unread (a break was found) or an error: it goes
+
+
+# What each hashed column must be for a COPY line to spell its values as they were hashed:
+# text for the text fields, and an integer type, whose text is its canonical digits, for
+# ``duration_ms``. A column retyped (``duration_ms`` as text can hold "0020", which COPY
+# sends bare as if it were a number) is left to the walk over rows.
+_TEXT_TYPES = ("text", "character varying")
+_INT_TYPES = ("bigint", "integer", "smallint")
+
+
+def _typed_as_stored(conn: psycopg.Connection[Any]) -> bool:
+    rows = conn.execute(
+        "SELECT a.attname, a.atttypid::regtype::text FROM pg_attribute a"
+        " WHERE a.attrelid = 'audit_events'::regclass AND a.attnum > 0 AND NOT a.attisdropped"
+    ).fetchall()
+    conn.rollback()
+    types = dict(rows)
+    return all(
+        types.get(name) in (_INT_TYPES if name == "duration_ms" else _TEXT_TYPES)
+        for name in HASHED_FIELDS
+    )
 
 
 def _expect(result: pq.abc.PGresult | None, status: pq.ExecStatus) -> None:
@@ -194,6 +220,6 @@ def _decoded(line: bytes) -> list[object]:
             text = _ESCAPE.sub(lambda m: _ESCAPES.get(m.group(1), m.group(1)), text)
         values.append(text)
     duration = values[_INT_FIELD]
-    if isinstance(duration, str) and duration.lstrip("-").isdigit():
+    if isinstance(duration, str) and _DIGITS.fullmatch(duration):
         values[_INT_FIELD] = int(duration)
     return values

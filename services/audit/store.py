@@ -14,14 +14,14 @@ import datetime as dt
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, or_, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from services.audit.chain import GENESIS, HASHED_FIELDS, event_hash
 from services.audit.parallel_walk import parallel_walker
 from services.audit.signing import CheckpointKeys, PrivateKey
-from services.audit.verify import Cadence, Report, WitnessedHeads, verify_chain
+from services.audit.verify import INSERTED, Break, Cadence, Report, WitnessedHeads, verify_chain
 from services.audit.witness import APPENDED, CHECKPOINT, UNVOUCHED, Head
 from services.common.timefmt import rfc3339
 from services.storage.audit_models import AuditCheckpointRow, AuditEventRow, AuditHeadRow
@@ -250,7 +250,7 @@ class AuditStore:
             last_seq or 0,
             to_seq,
         )
-        return verify_chain(
+        report = verify_chain(
             tenant,
             self.chain_rows(tenant, from_seq, to_seq),
             checkpoints,
@@ -265,24 +265,53 @@ class AuditStore:
             cadence=cadence,
             walked=walked,
         )
+        stray = self._outside_the_chain(tenant) if from_seq <= 1 else None
+        if stray is not None:
+            report.first_break = stray  # before position 1, so before any break in the chain
+        return report
+
+    def _outside_the_chain(self, tenant: str) -> Break | None:
+        """An event of ``tenant`` at no position of its chain (below 1, or none at all): no
+        walk reads it, yet reads of the trail serve it, so it is an insertion."""
+        columns = AuditEventRow.__table__.c
+        with self._sessions() as session:
+            row = session.execute(
+                select(columns.seq, columns.event_id)
+                .where(columns.tenant == tenant, or_(columns.seq < 1, columns.seq.is_(None)))
+                .order_by(columns.seq.nulls_first())
+                .limit(1)
+            ).first()
+        if row is None:
+            return None
+        where = "no position" if row.seq is None else f"position {row.seq}"
+        return Break(
+            INSERTED,
+            tenant,
+            row.seq or 0,
+            row.event_id or "",
+            f"an event at {where}, outside the chain (which starts at 1), was added",
+        )
 
     def chain_rows(self, tenant: str, from_seq: int, to_seq: int | None) -> Iterator[Any]:
         """Plain rows (named columns), not ORM objects: building an object per event was
         most of the cost of verifying."""
         columns = AuditEventRow.__table__.c
-        wanted = [columns[name] for name in (*HASHED_FIELDS, "seq", "hash")]
-        after = from_seq - 1
+        wanted = [columns[name] for name in (*HASHED_FIELDS, "seq", "hash", "id")]
+        # Pages follow (seq, id), not seq alone: two rows at one position (someone dropped
+        # the uniqueness) must both be read, even when they straddle a page's end.
+        after: Any = columns.seq >= from_seq
         while True:
             with self._sessions() as session:
-                stmt = select(*wanted).where(columns.tenant == tenant, columns.seq > after)
+                stmt = select(*wanted).where(columns.tenant == tenant, after)
                 if to_seq is not None:
                     stmt = stmt.where(columns.seq <= to_seq)
                 # ``all()`` fetches the page in one go; iterating the result fetched row by row.
-                page = session.execute(stmt.order_by(columns.seq).limit(VERIFY_PAGE)).all()
+                stmt = stmt.order_by(columns.seq, columns.id).limit(VERIFY_PAGE)
+                page = session.execute(stmt).all()
             yield from page
             if len(page) < VERIFY_PAGE:
                 return
-            after = page[-1].seq
+            after = tuple_(columns.seq, columns.id) > (page[-1].seq, page[-1].id)
 
     def _seq_of_hash(self, tenant: str, digest: str) -> int | None:
         with self._sessions() as session:

@@ -38,7 +38,8 @@ from services.audit.chain import GENESIS, HASHED_FIELDS, values_hash
 from services.audit.signing import HMAC_PREFIX, CheckpointKeys
 from services.audit.witness import CHECKPOINT, UNVOUCHED, Head
 
-# A row holds the HASHED_FIELDS in order, then seq and hash (``AuditStore.chain_rows``).
+# A row holds the HASHED_FIELDS in order, then seq and hash (``AuditStore.chain_rows``;
+# anything after those is not looked at).
 _FIELDS = len(HASHED_FIELDS)
 _SEQ_AT, _HASH_AT = _FIELDS, _FIELDS + 1
 _PREV_AT = HASHED_FIELDS.index("prev_hash")
@@ -288,6 +289,14 @@ def _check_event(
     before_prev: str | None,
     seq_of_hash: Callable[[str], int | None],
 ) -> Break | None:
+    if row.seq <= prev_seq:
+        return Break(
+            INSERTED,
+            tenant,
+            row.seq,
+            row.event_id,
+            f"a second event at position {row.seq}: the chain already reached {prev_seq}",
+        )
     if values_hash(tuple(row[:_FIELDS])) != row.hash:
         return Break(EDITED, tenant, row.seq, row.event_id, "its content does not match its hash")
     if row.seq != prev_seq + 1:

@@ -74,7 +74,10 @@ def test_duration_ms_turned_into_text_is_found_by_the_parallel_walk_too(
     with engine.begin() as conn:
         drop_append_only_triggers(conn)
         conn.execute(
-            text("ALTER TABLE audit_events ALTER COLUMN duration_ms TYPE text USING duration_ms::text")
+            text(
+                "ALTER TABLE audit_events ALTER COLUMN duration_ms TYPE text"
+                " USING duration_ms::text"
+            )
         )
         if value is not None:
             conn.execute(

@@ -66,9 +66,11 @@ class Witnessed:
 
 
 def fresh(tenant: str, first: int, last: int) -> list[dict[str, Any]]:
-    stamp = (dt.datetime.now(dt.UTC) - dt.timedelta(seconds=5)).isoformat(
-        timespec="milliseconds"
-    ).replace("+00:00", "Z")
+    stamp = (
+        (dt.datetime.now(dt.UTC) - dt.timedelta(seconds=5))
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z")
+    )
     return [audit_event(tenant, n, time=stamp) for n in range(first, last + 1)]
 
 
