@@ -41,6 +41,7 @@ from services.cli_keys import add_keys_parser
 from services.cli_serve import add_serve_parser
 from services.common.auth import LOCAL_TENANT, SERVICE_TENANT
 from services.common.config import INSECURE, ConfigError, Settings
+from services.common.cores import usable_cores
 from services.common.hosts import is_loopback
 from services.common.kept_audit_keys import keep_audit_keys
 from services.common.kept_secrets import KEPT_SECRETS, kept_secret
@@ -416,13 +417,6 @@ def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
 def _free_ports(host: str, count: int) -> list[int]:
     """``count`` ports the kernel has free on ``host`` right now (bound, then released)."""
     sockets = []
@@ -450,7 +444,7 @@ def _query_processes(
     catches up with the store before each search (services/query/indexes.py), so each
     answers with every completed ingest. Their metrics are summed through a shared folder
     (services/query/metrics.py) and served by the first."""
-    count = args.query_processes or _cores()
+    count = args.query_processes or usable_cores()
     if count == 1:
         return [("query", {})]
     try:

@@ -25,6 +25,7 @@ from sqlalchemy.engine import make_url
 
 from services.audit.copy_walk import copy_walk
 from services.audit.verify import Stops, Walk, quick_walk
+from services.common.cores import usable_cores
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ def min_events() -> int:
 
 
 def workers() -> int:
-    return max(1, min(8, len(os.sched_getaffinity(0))))
+    return min(8, usable_cores())
 
 
 def _walk_stretch(url: str, tenant: str, lo: int, hi: int | None, stops: Stops) -> Walk | None:

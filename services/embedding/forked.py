@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
-import os
 import threading
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
@@ -22,6 +21,7 @@ from multiprocessing.process import BaseProcess
 
 import numpy as np
 
+from services.common.cores import usable_cores
 from services.embedding.embedder import Embedder
 
 log = logging.getLogger(__name__)
@@ -119,5 +119,6 @@ class ForkedEmbedders:
 
 
 def processes_wanted(setting: int) -> int:
-    """``REACHSTORE_INGEST_EMBED_PROCESSES``: 0 means one per core this process may use."""
-    return setting if setting > 0 else len(os.sched_getaffinity(0))
+    """``REACHSTORE_INGEST_EMBED_PROCESSES``: 0 means one per core this process may use
+    (``services/common/cores.py``: its CPU quota counts)."""
+    return setting if setting > 0 else usable_cores()
