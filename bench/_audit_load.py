@@ -48,12 +48,23 @@ class AuditProcess(ServiceProcess):
     module = "services.audit.main"
     name = "audit"
 
-    def __init__(self, folder: Path, database_url: str, log_level: str, audit_key: str):
+    def __init__(
+        self,
+        folder: Path,
+        database_url: str,
+        log_level: str,
+        audit_key: str,
+        witness_file: Path | None = None,
+    ):
         super().__init__(folder, database_url, log_level)
         self.audit_key = audit_key
+        self.witness_file = witness_file
 
     def own_settings(self) -> dict[str, str]:
-        return {"REACHSTORE_AUDIT_SIGNING_KEY": self.audit_key}
+        settings = {"REACHSTORE_AUDIT_SIGNING_KEY": self.audit_key}
+        if self.witness_file is not None:
+            settings["REACHSTORE_AUDIT_WITNESS_FILE"] = str(self.witness_file)
+        return settings
 
     def start(self) -> AuditProcess:
         super().start()

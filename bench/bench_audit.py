@@ -132,6 +132,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="N",
         help="cProfile one more in-process verify of the longest chain; print the top N",
     )
+    parser.add_argument(
+        "--witness",
+        action="store_true",
+        help="the audit service keeps a file witness (every append's heads signed and "
+        "fsynced before the reply): what witnessing costs",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the JSON result here")
     args = parser.parse_args(argv)
     try:
@@ -351,7 +357,8 @@ def run_engine(engine: str, args: argparse.Namespace, tmp_root: Path, report: di
     with _database(engine, folder, args) as (url, version):
         report["engines"][engine] = version
         signer = PrivateKey.generate()
-        audit = AuditProcess(folder, url, args.log_level, signer.pem())
+        witness = folder / "witness.log" if args.witness else None
+        audit = AuditProcess(folder, url, args.log_level, signer.pem(), witness)
         log(f"{engine}: starting the audit service ({version}) ...")
         t = time.perf_counter()
         audit.start()
@@ -408,6 +415,8 @@ def print_report(r: dict[str, Any]) -> None:
         f"service : python -m services.audit.main, log level {c['log_level']}, checkpoints every "
         f"{c['checkpoint_s']} s (default); no API keys (local caller)"
     )
+    if c.get("witness_file"):
+        p("          a file witness: every append's heads signed and fsynced before the reply")
     checks: dict[str, Any] = next(iter(r["checks"].values()), {})
     p(
         f"events  : service reach, method SubmitTask, caller key id, idempotency key, trace id, "
@@ -574,6 +583,7 @@ def main(argv: list[str] | None = None) -> int:
             "psycopg": psycopg.__version__,
             "log_level": args.log_level,
             "checkpoint_s": ENVIRONMENT["REACHSTORE_AUDIT_CHECKPOINT_S"][0],
+            "witness_file": args.witness,
             "batches": args.batches,
             "concurrencies": args.concurrencies,
             "events": args.events,
