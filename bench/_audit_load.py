@@ -61,7 +61,13 @@ class AuditProcess(ServiceProcess):
         self.witness_file = witness_file
 
     def own_settings(self) -> dict[str, str]:
-        settings = {"REACHSTORE_AUDIT_SIGNING_KEY": self.audit_key}
+        settings = {
+            "REACHSTORE_AUDIT_SIGNING_KEY": self.audit_key,
+            # Call-rate limits count calls, not events: the defaults (20 write calls/s per
+            # key, 50 per tenant) would measure the limit, not the audit path.
+            "REACHSTORE_LIMIT_KEY_WRITE_RATE": "0",
+            "REACHSTORE_LIMIT_TENANT_WRITE_RATE": "0",
+        }
         if self.witness_file is not None:
             settings["REACHSTORE_AUDIT_WITNESS_FILE"] = str(self.witness_file)
         return settings
