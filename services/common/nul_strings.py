@@ -59,9 +59,19 @@ def find(message: Message, path: str = "", skip: frozenset[str] = frozenset()) -
     return None
 
 
+def _may_hold_nul(message: Message) -> bool:
+    """False when no string of ``message`` can hold a NUL: its wire form has no zero byte
+    at all (a string's U+0000 is one). Serializing is C code and much cheaper than walking
+    every field in Python, which was a sixth of an audit append's time; only a message with
+    a zero byte somewhere (a number 0 in a packed field, most doubles) is walked."""
+    return b"\x00" in message.SerializeToString()
+
+
 def check(message: Message) -> None:
     """Raises INVALID_ARGUMENT naming the first string field that holds a NUL, outside the
     fields whose items the handler checks itself (``PER_ITEM``)."""
+    if not _may_hold_nul(message):
+        return
     where = find(message, skip=PER_ITEM.get(message.DESCRIPTOR.full_name, frozenset()))
     if where is not None:
         raise errors.invalid(where, RULE)
@@ -69,6 +79,8 @@ def check(message: Message) -> None:
 
 def check_item(item: Message, path: str) -> None:
     """The same check for one item of a ``PER_ITEM`` field, named from ``path``."""
+    if not _may_hold_nul(item):
+        return
     where = find(item, path)
     if where is not None:
         raise errors.invalid(where, RULE)

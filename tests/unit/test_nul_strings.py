@@ -84,3 +84,19 @@ def test_a_batch_document_with_a_nul_is_left_to_its_handler_and_named_there() ->
     with pytest.raises(errors.ReachstoreError) as raised:
         nul_strings.check_item(request.documents[1], "documents[1]")
     assert raised.value.field == "documents[1].text"
+
+
+def test_zero_bytes_that_are_numbers_are_not_nuls_and_a_nul_beside_them_is_found() -> None:
+    """The check skips the walk when the wire form has no zero byte; a request whose wire
+    form has zero bytes from numbers (a double, an explicit 0 in a Struct) is walked, and
+    a NUL among them is still named."""
+    numbers = _params(score=0.0, limit=1.0, nested={"zero": 0})
+    assert b"\x00" in numbers.SerializeToString()
+    request = reach_pb.SubmitTaskRequest(
+        entity_id="e", actions=[reach_pb.ActionSpec(name="a", params=numbers)]
+    )
+    nul_strings.check(request)  # no string holds a NUL
+    request.actions[0].params["note"] = "a\x00b"
+    with pytest.raises(errors.ReachstoreError) as raised:
+        nul_strings.check(request)
+    assert "actions[0].params" in raised.value.failure.message, raised.value.failure.message
