@@ -106,10 +106,11 @@ def copy_walk(engine: Engine, tenant: str, lo: int, hi: int | None, stops: Stops
             raw.invalidate()  # rows left unread (a break was found) or an error: it goes
 
 
-# What each hashed column must be for a COPY line to spell its values as they were hashed:
-# text for the text fields, and an integer type, whose text is its canonical digits, for
-# ``duration_ms``. A column retyped (``duration_ms`` as text can hold "0020", which COPY
-# sends bare as if it were a number) is left to the walk over rows.
+# What each column must be for a COPY line to spell its values as they were hashed: text
+# for the text fields, and an integer type, whose text is its canonical digits, for
+# ``duration_ms`` (and ``seq``, read as a number too). A column retyped (``duration_ms``
+# as text can hold "0020", which COPY sends bare as if it were a number) is left to the
+# walk over rows.
 _TEXT_TYPES = ("text", "character varying")
 _INT_TYPES = ("bigint", "integer", "smallint")
 
@@ -122,8 +123,8 @@ def _typed_as_stored(conn: psycopg.Connection[Any]) -> bool:
     conn.rollback()
     types = dict(rows)
     return all(
-        types.get(name) in (_INT_TYPES if name == "duration_ms" else _TEXT_TYPES)
-        for name in HASHED_FIELDS
+        types.get(name) in (_INT_TYPES if name in ("duration_ms", "seq") else _TEXT_TYPES)
+        for name in _COLUMNS
     )
 
 
