@@ -30,8 +30,12 @@ log = logging.getLogger(__name__)
 MIN_TEXTS_PER_COPY = 4
 
 
-def _serve(conn: Connection, embedder: Embedder) -> None:
-    """A copy's loop: texts in, vectors out, until the parent closes its end."""
+def _serve(conn: Connection, embedder: Embedder, parent_ends: list[Connection]) -> None:
+    """A copy's loop: texts in, vectors out, until the parent's end closes. The parent's
+    ends of every pipe forked so far, this one's included, are closed here first: a copy
+    holding one would keep that pipe open after the parent died, and wait on it forever."""
+    for end in parent_ends:
+        end.close()
     while True:
         try:
             texts = conn.recv()
@@ -60,8 +64,12 @@ class ForkedEmbedders:
         copies: list[tuple[BaseProcess, Connection]] = []
         for n in range(processes):
             parent_end, child_end = context.Pipe()
+            parent_ends = [end for _, end in copies] + [parent_end]
             process = context.Process(
-                target=_serve, args=(child_end, embedder), name=f"embedder-{n}", daemon=True
+                target=_serve,
+                args=(child_end, embedder, parent_ends),
+                name=f"embedder-{n}",
+                daemon=True,
             )
             process.start()
             child_end.close()
