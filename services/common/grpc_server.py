@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import functools
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -18,7 +19,8 @@ from typing import Any, Protocol
 
 import grpc
 from google.protobuf import descriptor_pool, message_factory
-from google.protobuf.message import DecodeError
+from google.protobuf.descriptor import Descriptor
+from google.protobuf.message import DecodeError, Message
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from grpc_status import rpc_status
@@ -245,18 +247,28 @@ class _Undecodable:
     error: errors.ReachstoreError
 
 
-def _tolerant(
-    deserialize: Callable[[bytes], Any] | None, method: str
-) -> Callable[[bytes], Any] | None:
-    if deserialize is None:
-        return None
+@functools.cache
+def _input_of(method: str) -> tuple[Descriptor, type[Message]] | None:
+    """The request type of a method path, looked up once per method (the interceptor runs
+    for every call, and these look-ups by name cost more than the rest of its work)."""
     service, _, name = method.strip("/").rpartition("/")
     try:
         descriptor = descriptor_pool.Default().FindServiceByName(service)
         input_type = descriptor.methods_by_name[name].input_type
     except KeyError:
+        return None
+    return input_type, message_factory.GetMessageClass(input_type)
+
+
+def _tolerant(
+    deserialize: Callable[[bytes], Any] | None, method: str
+) -> Callable[[bytes], Any] | None:
+    if deserialize is None:
+        return None
+    known = _input_of(method)
+    if known is None:
         return deserialize
-    message_class = message_factory.GetMessageClass(input_type)
+    input_type, message_class = known
 
     def parse(data: bytes) -> Any:
         try:

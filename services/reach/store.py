@@ -33,7 +33,7 @@ from services.common import errors
 from services.common.pii import Masker
 from services.common.timefmt import rfc3339
 from services.reach import states as st
-from services.storage.clock import db_clock
+from services.storage.clock import db_clock, locked_with_clock
 from services.storage.models import utcnow
 from services.storage.reach_models import (
     ReachActionRow,
@@ -212,12 +212,13 @@ class ReachStore:
         a ``ReachstoreError``. Two racing reservations of the same task both return it.
         """
         for _ in range(3):
-            with self._sessions.begin() as session:
-                found = self._existing(session, plan)
-                if found is not None:
-                    return found
             try:
-                return self._insert(plan)
+                # The look-up and the insert share one transaction: one commit per task.
+                with self._sessions.begin() as session:
+                    found = self._existing(session, plan)
+                    if found is not None:
+                        return found
+                    return self._insert(session, plan)
             except IntegrityError:
                 continue  # a concurrent reservation won the unique index; read what it wrote
         # Passing contention, not a defect: the caller may try again.
@@ -281,7 +282,7 @@ class ReachStore:
             },
         )
 
-    def _insert(self, plan: TaskPlan) -> Reserved:
+    def _insert(self, session: Session, plan: TaskPlan) -> Reserved:
         now = utcnow()
         task = ReachTaskRow(
             task_id=new_id(),
@@ -318,16 +319,15 @@ class ReachStore:
             )
             for i, a in enumerate(plan.actions)
         ]
-        with self._sessions.begin() as session:
-            due = db_clock(session)
-            for row in actions:
-                row.next_at = None if row.state == st.BLOCKED else due
-            session.add(task)
-            session.flush()  # the task row first: actions reference it
-            session.add_all(actions)
-            session.flush()
-            for row in actions:
-                _history(session, row, "", row.state, "reserved", {}, now)
+        due = db_clock(session)
+        for row in actions:
+            row.next_at = None if row.state == st.BLOCKED else due
+        session.add(task)
+        session.flush()  # the task row first: actions reference it
+        session.add_all(actions)
+        session.flush()
+        for row in actions:
+            _history(session, row, "", row.state, "reserved", {}, now)
         return Reserved(task, actions, False)
 
     # --- reads -----------------------------------------------------------------------------
@@ -339,6 +339,9 @@ class ReachStore:
                 select(ReachActionRow)
                 .where(ReachActionRow.task_id == task_id)
                 .order_by(ReachActionRow.position)
+                # Rows the session holds are read again: a settle reads them after its
+                # own UPDATE statement, which the session does not apply to them.
+                .execution_options(populate_existing=True)
             )
         )
 
@@ -605,6 +608,7 @@ class ReachStore:
             change,
             fence=ReachActionRow.lease_owner == claim.lease,
             tenant=None,
+            task_id=claim.task_id,
         )
 
     def settle_unleased(
@@ -633,7 +637,20 @@ class ReachStore:
         undecided = ReachActionRow.state.in_(tuple(st.RESOLVABLE))
         return self._apply(action_id, change, fence=waiting | undecided, tenant=None)
 
-    def _apply(self, action_id: str, change: Change, fence: Any, tenant: str | None) -> Settled:
+    def _apply(
+        self,
+        action_id: str,
+        change: Change,
+        fence: Any,
+        tenant: str | None,
+        task_id: str | None = None,
+    ) -> Settled:
+        """One state change of one action, in one transaction of eight statements when the
+        task holds one action: the task row locked and read (with the database's clock on
+        PostgreSQL), the action's state locked, the fenced update, the task's actions read
+        once (the changed one among them), the history, audit and receipt rows, and the
+        task's new version. ``task_id`` is the action's task when the caller knows it (a
+        worker's claim does); an action never changes task."""
         now = utcnow()
         values: dict[str, Any] = {"state": change.to_state, "updated_at": now}
         if not change.keep_lease:
@@ -661,7 +678,22 @@ class ReachStore:
         if change.to_state in st.FINAL:
             values["finished_at"] = now
         with self._sessions.begin() as session:
-            clock = db_clock(session)
+            if task_id is None:
+                task_id = session.scalar(
+                    select(ReachActionRow.task_id).where(ReachActionRow.action_id == action_id)
+                )
+                if task_id is None:
+                    return Settled(False)
+            # Changes to one task run one after another: each reads its sibling actions to
+            # ready dependants and derive the task's state, so two siblings settling at
+            # once must not both read the other as unfinished. On PostgreSQL the task row
+            # is locked first (claims lock only action rows, so the order cannot
+            # deadlock); SQLite has one writer at a time anyway.
+            task, clock = locked_with_clock(
+                session, select(ReachTaskRow).where(ReachTaskRow.task_id == task_id)
+            )
+            if task is None:
+                return Settled(False)
             values["next_at"] = None if change.due_in is None else clock + change.due_in
             if change.add_attempt:
                 values["first_sent_at"] = func.coalesce(ReachActionRow.first_sent_at, clock)
@@ -672,21 +704,6 @@ class ReachStore:
                 where.append(ReachActionRow.next_at > clock)
             if tenant is not None:
                 where.append(ReachActionRow.tenant == tenant)
-            # Changes to one task run one after another: each reads its sibling actions to
-            # ready dependants and derive the task's state, so two siblings settling at
-            # once must not both read the other as unfinished. On PostgreSQL the task row
-            # is locked first (claims lock only action rows, so the order cannot
-            # deadlock); SQLite has one writer at a time anyway.
-            task_id = session.scalar(
-                select(ReachActionRow.task_id).where(ReachActionRow.action_id == action_id)
-            )
-            if task_id is None:
-                return Settled(False)
-            session.execute(
-                select(ReachTaskRow.task_id)
-                .where(ReachTaskRow.task_id == task_id)
-                .with_for_update()
-            )
             before = session.execute(
                 select(ReachActionRow.state)
                 .where(ReachActionRow.action_id == action_id)
@@ -700,13 +717,15 @@ class ReachStore:
             )
             if not result.rowcount:  # type: ignore[attr-defined]
                 return Settled(False)
-            row = session.get(ReachActionRow, action_id, populate_existing=True)
-            assert row is not None and before is not None
+            # The task's actions, read once after the update: the changed row among them.
+            actions = self._actions_of(session, task_id)
+            row = next(a for a in actions if a.action_id == action_id)
+            assert before is not None
             if before != change.to_state or change.reason not in _QUIET_REASONS:
                 _history(session, row, before, change.to_state, change.reason, change.details, now)
             if before != change.to_state or change.receipt is not None:
                 duration = change.receipt.duration_ms if change.receipt is not None else 0
-                self._audit(session, row, before, change.reason, duration)
+                self._audit(row, task, before, change.reason, duration, session)
             if change.receipt is not None:
                 r = change.receipt
                 session.add(
@@ -726,24 +745,32 @@ class ReachStore:
             alerts: list[ReachAlertRow] = []
             if change.to_state == st.NEEDS_REVIEW and before != st.NEEDS_REVIEW:
                 alerts.append(_alert(row, "needs_review", f"action {row.name!r} needs review", now))
-            task_state = self._after_action_change(session, row, before, now, alerts, clock)
+            task_state = self._after_action_change(
+                session, task, actions, row, before, now, alerts, clock
+            )
             session.add_all(alerts)
             session.flush()
             return Settled(True, task_state, tuple(a.id for a in alerts))
 
     def _audit(
-        self, session: Session, row: ReachActionRow, before: str, reason: str, duration_ms: int
+        self,
+        row: ReachActionRow,
+        task: ReachTaskRow,
+        before: str,
+        reason: str,
+        duration_ms: int,
+        session: Session,
     ) -> None:
         if self._masker is None:
             return
-        task = session.get(ReachTaskRow, row.task_id)
-        assert task is not None
         fields = _action_event(row, task, before, reason, duration_ms, self._masker)
         outbox.record(session, "reach", fields)
 
     def _after_action_change(
         self,
         session: Session,
+        task: ReachTaskRow,
+        actions: list[ReachActionRow],
         changed: ReachActionRow,
         before: str,
         now: dt.datetime,
@@ -751,14 +778,11 @@ class ReachStore:
         clock: float,
     ) -> str:
         """Unblocks or skips dependants, then re-derives the task's state and version."""
-        actions = self._actions_of(session, changed.task_id)
         if changed.state != before and (
             changed.state == st.SUCCEEDED or changed.state in st.DID_NOT_HAPPEN
         ):
             for action, was, reason in _propagate(session, actions, now, clock):
-                self._audit(session, action, was, reason, 0)
-        task = session.get(ReachTaskRow, changed.task_id, populate_existing=True)
-        assert task is not None
+                self._audit(action, task, was, reason, 0, session)
         new_state = st.task_state((a.state, a.required, a.attempts) for a in actions)
         if new_state != task.state:
             if new_state == st.TASK_FAILED:

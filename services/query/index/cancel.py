@@ -10,7 +10,6 @@ or, the longest, an exact filtered scan of a large HNSW namespace (~3.7 ms at 50
 
 from __future__ import annotations
 
-import threading
 import time
 
 __all__ = ["CancelToken", "SearchCancelled"]
@@ -29,28 +28,32 @@ class SearchCancelled(Exception):
 
 
 class CancelToken:
-    """Thread-safe cancellation flag with an optional deadline.
+    """A cancellation flag (safe to set from any thread) with an optional deadline.
 
     ``deadline`` is a ``time.monotonic()`` value. ``parent`` links a per-namespace token
     to the token of the whole query: cancelling the parent cancels the child (the child
     can still have its own, shorter deadline).
     """
 
-    __slots__ = ("_event", "deadline", "parent")
+    __slots__ = ("_cancelled", "deadline", "parent")
 
     def __init__(self, deadline: float | None = None, *, parent: CancelToken | None = None) -> None:
-        self._event = threading.Event()
+        # A plain flag, not a threading.Event: nobody waits on a token, and writing or
+        # reading one attribute is atomic under the interpreter lock. Five tokens are made
+        # per query, and an Event (a Condition and a lock) showed in the query process's
+        # profile at 2.4 % of its interpreter-lock time.
+        self._cancelled = False
         self.deadline = deadline
         self.parent = parent
 
     def cancel(self) -> None:
-        self._event.set()
+        self._cancelled = True
 
     def _reason(self) -> str | None:
         token: CancelToken | None = self
         now: float | None = None
         while token is not None:
-            if token._event.is_set():
+            if token._cancelled:
                 return "cancelled"
             if token.deadline is not None:
                 if now is None:
