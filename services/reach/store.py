@@ -22,9 +22,9 @@ import secrets
 import time
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import exists, func, select, update
+from sqlalchemy import Table, exists, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -42,6 +42,9 @@ from services.storage.reach_models import (
     ReachReceiptRow,
     ReachTaskRow,
 )
+
+_HISTORY = cast(Table, ReachHistoryRow.__table__)
+_RECEIPTS = cast(Table, ReachReceiptRow.__table__)
 
 
 def lease_token(worker: str) -> str:
@@ -728,8 +731,8 @@ class ReachStore:
                 self._audit(row, task, before, change.reason, duration, session)
             if change.receipt is not None:
                 r = change.receipt
-                session.add(
-                    ReachReceiptRow(
+                session.execute(
+                    insert(_RECEIPTS).values(
                         tenant=row.tenant,
                         action_id=action_id,
                         attempt=r.attempt,
@@ -912,8 +915,10 @@ def _history(
     details: dict[str, Any],
     now: dt.datetime,
 ) -> None:
-    session.add(
-        ReachHistoryRow(
+    # One INSERT statement rather than an object for the unit of work: cheaper on a path
+    # every state change takes.
+    session.execute(
+        insert(_HISTORY).values(
             tenant=row.tenant,
             action_id=row.action_id,
             at=now,
