@@ -27,6 +27,7 @@ from services.common import errors
 from services.embedding import Embedder
 from services.ingest.domain.chunking import chunk_text
 from services.storage import tasks as states
+from services.storage.records import NamespaceInfo
 from services.storage.repository import ChunkData, SemanticStore
 from services.storage.tasks import ClaimedTask, TaskStore
 
@@ -204,14 +205,29 @@ class IngestWorker:
             error_data=data,
         )
 
-    def _judge(self, session: Session, task: ClaimedTask) -> _Verdict:
-        """Whether the task can be stored as asked, on the state in ``session``."""
+    def _judge(
+        self,
+        session: Session,
+        task: ClaimedTask,
+        namespaces: dict[tuple[str, str], NamespaceInfo | None] | None = None,
+    ) -> _Verdict:
+        """Whether the task can be stored as asked, on the state in ``session``.
+        ``namespaces`` keeps the namespace rows already read in this transaction (a claim's
+        documents mostly share one); only the row's id and model are used, and a namespace
+        deleted meanwhile fails the transaction at its change seq, which is then retried
+        document by document."""
         if task.refusal is not None:
             code, message, data = task.refusal
             return _Verdict(
                 errors.ReachstoreError(errors.lookup(code), message, structured_data=data)
             )
-        namespace = self._store.namespace_in(session, task.tenant, task.namespace)
+        key = (task.tenant, task.namespace)
+        if namespaces is not None and key in namespaces:
+            namespace = namespaces[key]
+        else:
+            namespace = self._store.namespace_in(session, task.tenant, task.namespace)
+            if namespaces is not None:
+                namespaces[key] = namespace
         if namespace is None:
             return _Verdict(errors.namespace_unavailable(task.namespace))
         if namespace.embedding_model != self._embedder.model_id:
@@ -283,13 +299,14 @@ class IngestWorker:
         lease = work[0].task.lease
         states_now = self._tasks.lock_states(session, lease, [w.task.task_id for w in work])
         completed = []
+        namespaces: dict[tuple[str, str], NamespaceInfo | None] = {}
         for item in work:
             task = item.task
             if states_now.get(task.task_id) != states.PROCESSING:
                 if states_now.get(task.task_id) == states.CANCELLING:
                     self._tasks.finish(session, lease, task.task_id, states.CANCELLED)
                 continue  # cancelled, deleted with its namespace, or taken over meanwhile
-            verdict = self._judge(session, task)
+            verdict = self._judge(session, task, namespaces)
             if verdict.refusal is not None:
                 self._fail(session, task, verdict.refusal)
                 continue
@@ -308,6 +325,7 @@ class IngestWorker:
                     task.metadata,
                     sha256(task.text),
                     chunks,
+                    known_new=not verdict.exists,
                 )
             completed.append(task.task_id)
         self._tasks.finish(session, lease, completed, states.COMPLETED)

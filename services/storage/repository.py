@@ -236,15 +236,12 @@ class SemanticStore:
 
     def _bump_seq(self, session: Session, tenant: str, namespace_id: int) -> int:
         """Takes the namespace's next change seq; the UPDATE also serialises writers."""
-        session.execute(
+        # One statement: both engines return the updated value (SQLite since 3.35).
+        return session.execute(
             update(NamespaceRow)
             .where(NamespaceRow.tenant == tenant, NamespaceRow.id == namespace_id)
             .values(change_seq=NamespaceRow.change_seq + 1)
-        )
-        return session.execute(
-            select(NamespaceRow.change_seq).where(
-                NamespaceRow.tenant == tenant, NamespaceRow.id == namespace_id
-            )
+            .returning(NamespaceRow.change_seq)
         ).scalar_one()
 
     def commit_document(
@@ -257,17 +254,24 @@ class SemanticStore:
         metadata: dict[str, str],
         content_sha256: str,
         chunks: Sequence[ChunkData],
+        *,
+        known_new: bool = False,
     ) -> None:
         """Makes a document version searchable, inside the caller's transaction: replaces
-        the document and its chunks and records the change, all or nothing."""
+        the document and its chunks and records the change, all or nothing.
+        ``known_new``: the caller has just found no such document in this transaction, so
+        it is not looked up again (should one be committed meanwhile, the insert breaks
+        the unique index and the transaction fails whole)."""
         seq = self._bump_seq(session, tenant, namespace_id)
-        doc = session.scalar(
-            select(DocumentRow).where(
-                DocumentRow.tenant == tenant,
-                DocumentRow.namespace_id == namespace_id,
-                DocumentRow.document_id == document_id,
+        doc = None
+        if not known_new:
+            doc = session.scalar(
+                select(DocumentRow).where(
+                    DocumentRow.tenant == tenant,
+                    DocumentRow.namespace_id == namespace_id,
+                    DocumentRow.document_id == document_id,
+                )
             )
-        )
         now = utcnow()
         if doc is None:
             doc = DocumentRow(tenant=tenant, namespace_id=namespace_id, document_id=document_id)
