@@ -559,3 +559,27 @@ def test_log_lines_are_masked_with_the_same_masker() -> None:
     line = JsonFormatter("test", masker).format(record)
     assert "13800138000" not in line
     assert masker.mask_text("13800138000") in line  # the same token as receipts and the trail
+
+
+def test_the_digit_count_shortcut_never_skips_a_match() -> None:
+    """``mask_text`` skips the finders when a text has too few digits for any of them; on
+    random texts built from the characters the finders look for, whenever it would skip,
+    no finder finds anything."""
+    import random
+
+    from services.common.pii import _FINDERS, _may_hold_personal_data
+
+    rng = random.Random(20261202)
+    alphabet = "0123456789" * 4 + "+ -.()xX@" + "ab"
+    skipped = 0
+    for _ in range(20_000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 24)))
+        if _may_hold_personal_data(text):
+            continue
+        skipped += 1
+        found = [span for find in _FINDERS for span in find(text)]
+        assert not found, (text, found)
+    assert skipped > 1_000  # the check above ran on many texts the shortcut skips
+    # Each kind at its fewest digits is still looked for.
+    for text in ("+1 415 555", "13812345678", "4111111111111111", "a@b.io"):
+        assert _may_hold_personal_data(text), text

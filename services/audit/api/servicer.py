@@ -24,7 +24,6 @@ from typing import Any
 
 import grpc
 import httpx
-from google.protobuf import json_format
 
 from reachstore.audit.v1 import audit_service_pb2 as pb
 from reachstore.audit.v1 import audit_service_pb2_grpc as pb_grpc
@@ -39,6 +38,7 @@ from services.common import errors, names, paging
 from services.common.auth import Caller
 from services.common.identity import caller
 from services.common.pii import Masker
+from services.common.structs import struct_to_python
 from services.common.timefmt import parse_rfc3339, rfc3339
 from services.common.tracing import trace_from_metadata
 from services.storage.audit_models import AuditEventRow
@@ -104,7 +104,7 @@ def _event_fields(message: pb.AuditEvent, masker: Masker, index: int) -> dict[st
     parse_rfc3339(message.time, f"{where}.time")  # stored as sent: it is hashed as written
     if not message.service or not message.method:
         raise errors.invalid(f"{where}.service", "service and method are required")
-    params = masker.mask_value(json_format.MessageToDict(message.params))
+    params = masker.mask_value(struct_to_python(message.params))
     category = ""
     if message.category:
         if message.category not in pf_pb2.Category.values():

@@ -1,0 +1,45 @@
+"""A ``google.protobuf.Struct`` as plain Python values, quickly.
+
+``json_format.MessageToDict`` walks a Struct through protobuf's generic printer (field
+descriptors, type checks per value); on the audit service's append path that was 15 % of
+its time (py-spy). This gives the same result for every Struct whose numbers are finite:
+numbers as floats, as ``MessageToDict`` gives them. A Struct holding NaN or an infinity
+(``MessageToDict`` refuses those) goes through ``MessageToDict`` unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from google.protobuf import json_format, struct_pb2
+
+
+class _NotFinite(Exception):
+    pass
+
+
+def _value(value: struct_pb2.Value) -> Any:
+    kind = value.WhichOneof("kind")
+    if kind == "string_value":
+        return value.string_value
+    if kind == "number_value":
+        number = value.number_value
+        if not math.isfinite(number):
+            raise _NotFinite
+        return number
+    if kind == "bool_value":
+        return value.bool_value
+    if kind == "struct_value":
+        return {key: _value(item) for key, item in value.struct_value.fields.items()}
+    if kind == "list_value":
+        return [_value(item) for item in value.list_value.values]
+    return None  # null_value, or no kind set (which MessageToDict also prints as null)
+
+
+def struct_to_python(struct: struct_pb2.Struct) -> dict[str, Any]:
+    """``json_format.MessageToDict(struct)``, without its generic machinery."""
+    try:
+        return {key: _value(item) for key, item in struct.fields.items()}
+    except _NotFinite:
+        return json_format.MessageToDict(struct)
