@@ -21,7 +21,7 @@ import json
 import secrets
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from sqlalchemy import Table, exists, func, insert, select, update
@@ -214,14 +214,23 @@ class ReachStore:
         A caller key reused with other content, or an action key held by another task, is
         a ``ReachstoreError``. Two racing reservations of the same task both return it.
         """
+        return self.reserve_planned(lambda _now: plan)
+
+    def reserve_planned(self, plan_for: Callable[[float], TaskPlan]) -> Reserved:
+        """``reserve`` of the plan ``plan_for`` makes from the database's clock, read inside
+        the reservation's transaction (the idempotency window is the database's: see
+        ``SubmitTask``), so a submission costs one transaction, not a read of the clock and
+        then the reservation."""
         for _ in range(3):
             try:
                 # The look-up and the insert share one transaction: one commit per task.
                 with self._sessions.begin() as session:
+                    now = db_clock(session)
+                    plan = plan_for(now)
                     found = self._existing(session, plan)
                     if found is not None:
                         return found
-                    return self._insert(session, plan)
+                    return self._insert(session, plan, now)
             except IntegrityError:
                 continue  # a concurrent reservation won the unique index; read what it wrote
         # Passing contention, not a defect: the caller may try again.
@@ -285,7 +294,7 @@ class ReachStore:
             },
         )
 
-    def _insert(self, session: Session, plan: TaskPlan) -> Reserved:
+    def _insert(self, session: Session, plan: TaskPlan, due: float) -> Reserved:
         now = utcnow()
         task = ReachTaskRow(
             task_id=new_id(),
@@ -322,7 +331,6 @@ class ReachStore:
             )
             for i, a in enumerate(plan.actions)
         ]
-        due = db_clock(session)
         for row in actions:
             row.next_at = None if row.state == st.BLOCKED else due
         session.add(task)

@@ -35,7 +35,7 @@ from services.reach.idempotency import KeySecrets
 from services.reach.metrics import ReachMetrics
 from services.reach.planning import MAX_ACTIONS, plan_task
 from services.reach.policy.breaker import CircuitBreaker
-from services.reach.store import Change, ReachStore, Settled
+from services.reach.store import Change, ReachStore, Settled, TaskPlan
 from services.reach.watch import TaskChanges
 from services.storage.reach_models import ReachActionRow
 
@@ -80,47 +80,55 @@ class ReachServicer(OperatorCalls, pb_grpc.ReachServiceServicer):
         names.check_count(request.actions, "actions", MAX_ACTIONS, "actions")
         # The window is the server's, and "the server" is every replica at once: the
         # database's clock, so two replicas whose clocks differ mint the same key.
-        now = await asyncio.to_thread(self._store.clock)
-        plan = plan_task(
-            convert.task_spec(request),
-            caller(context),
-            self._config,
-            self._channels,
-            trace_from_metadata(tuple(context.invocation_metadata() or ())),
-            dt.datetime.fromtimestamp(now, dt.UTC),
-            key_secrets=self._key_secrets,
-        )
-        # The call's audit event names the keys it reserves (or would reserve).
-        outbox.annotate(plan.caller_key or " ".join(a.idem_key for a in plan.actions))
-        if request.validate_only:
-            preview = pb.Task(
-                entity_id=plan.entity_id,
-                idempotency_key=plan.caller_key or "",
-                logical_time=rfc3339(plan.logical_time),
-                state=pb.TASK_STATE_PENDING,
-                trace_id=plan.trace_id,
-                submitted_by=plan.submitted_by,
+        spec = convert.task_spec(request)
+        who = caller(context)
+        trace = trace_from_metadata(tuple(context.invocation_metadata() or ()))
+
+        def plan_at(now: float) -> TaskPlan:
+            plan = plan_task(
+                spec,
+                who,
+                self._config,
+                self._channels,
+                trace,
+                dt.datetime.fromtimestamp(now, dt.UTC),
+                key_secrets=self._key_secrets,
             )
-            for a in plan.actions:
-                preview.actions.add(
-                    name=a.name,
-                    channel=a.channel,
-                    action_type=a.action_type,
-                    params=convert.struct(a.params),
-                    depends_on=a.depends_on,
-                    requirement=pb.REQUIREMENT_REQUIRED if a.required else pb.REQUIREMENT_OPTIONAL,
-                    idempotency_key=a.idem_key,
-                    window=a.window,
-                    state=pb.ACTION_STATE_BLOCKED if a.depends_on else pb.ACTION_STATE_READY,
-                )
-            return pb.SubmitTaskResponse(task=preview, validated_only=True)
-        reserved = await asyncio.to_thread(self._store.reserve, plan)
-        if not reserved.deduplicated:
-            self._wake()
-        return pb.SubmitTaskResponse(
-            task=convert.task_to_pb(reserved.task, reserved.actions),
-            deduplicated=reserved.deduplicated,
+            # The call's audit event names the keys it reserves (or would reserve).
+            outbox.annotate(plan.caller_key or " ".join(a.idem_key for a in plan.actions))
+            return plan
+
+        if not request.validate_only:
+            # The clock is read inside the reservation's transaction.
+            reserved = await asyncio.to_thread(self._store.reserve_planned, plan_at)
+            if not reserved.deduplicated:
+                self._wake()
+            return pb.SubmitTaskResponse(
+                task=convert.task_to_pb(reserved.task, reserved.actions),
+                deduplicated=reserved.deduplicated,
+            )
+        plan = plan_at(await asyncio.to_thread(self._store.clock))
+        preview = pb.Task(
+            entity_id=plan.entity_id,
+            idempotency_key=plan.caller_key or "",
+            logical_time=rfc3339(plan.logical_time),
+            state=pb.TASK_STATE_PENDING,
+            trace_id=plan.trace_id,
+            submitted_by=plan.submitted_by,
         )
+        for a in plan.actions:
+            preview.actions.add(
+                name=a.name,
+                channel=a.channel,
+                action_type=a.action_type,
+                params=convert.struct(a.params),
+                depends_on=a.depends_on,
+                requirement=pb.REQUIREMENT_REQUIRED if a.required else pb.REQUIREMENT_OPTIONAL,
+                idempotency_key=a.idem_key,
+                window=a.window,
+                state=pb.ACTION_STATE_BLOCKED if a.depends_on else pb.ACTION_STATE_READY,
+            )
+        return pb.SubmitTaskResponse(task=preview, validated_only=True)
 
     async def Reach(
         self, request: pb.ReachRequest, context: grpc.aio.ServicerContext
