@@ -175,7 +175,11 @@ def test_secrets_stay_out_of_reprs() -> None:
         ),
         (
             "webhook",
-            {**HOOK, "signing_secret_env": "SIGNING", "signing_secret_env_previous": "SIGNING_SHORT"},
+            {
+                **HOOK,
+                "signing_secret_env": "SIGNING",
+                "signing_secret_env_previous": "SIGNING_SHORT",
+            },
             f"{WHERE}.signing_secret_env_previous: environment variable SIGNING_SHORT must hold",
         ),
         (

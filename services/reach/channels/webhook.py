@@ -184,7 +184,6 @@ def encode_params(params: Mapping[str, Any]) -> bytes:
     ).encode()
 
 
-
 class WebhookChannel:
     """Sends each action as one POST; one connection pool per channel."""
 
