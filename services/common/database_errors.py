@@ -3,8 +3,9 @@
 A connection refused or dropped (the server restarting, a failover, a network blip), a
 pool with no connection to give, or a transaction the server rolled back to resolve a
 conflict: each ends the call with a transient error the caller may retry, not with an
-INTERNAL one. The engines' pools check connections before use (``pool_pre_ping``), so
-the first call after the database returns gets a fresh connection.
+INTERNAL one. The engines' pools refuse a connection the server has closed when they hand
+it out (``services/storage/engine.py``), so the first call after the database returns gets
+a fresh connection.
 """
 
 from __future__ import annotations

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import select
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import DefaultClause, Engine, String, create_engine, event, inspect, text
+from sqlalchemy import DefaultClause, Engine, String, create_engine, event, exc, inspect, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from services.storage import audit_models, reach_models  # noqa: F401 - registers their tables
@@ -32,7 +33,36 @@ def make_engine(url: str) -> Engine:
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=10)
+    engine = create_engine(url, pool_size=10, max_overflow=10)
+    event.listen(engine, "checkout", _replace_if_gone)
+    return engine
+
+
+def _replace_if_gone(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+    """Refuses a pooled PostgreSQL connection whose server side has gone, so that the pool
+    opens a new one (SQLAlchemy retries the checkout on ``DisconnectionError``) and the
+    first call after a restart does not fail.
+
+    SQLAlchemy's ``pool_pre_ping`` asks the server on every checkout: a round trip per
+    transaction, and several transactions make one reach action. An idle connection has
+    nothing to read unless the server wrote to it, and a server that ends a session (a
+    restart, ``pg_terminate_backend``, an idle timeout) writes an error and closes the
+    socket. So a readable socket, or one libpq already knows is bad, is the sign; only
+    then does the check go to the server. A peer that vanished without closing (a cut
+    network) is found by the statement's own error, as a ping would have been.
+    """
+    if dbapi_connection.broken or dbapi_connection.closed:
+        raise exc.DisconnectionError("the connection was lost")
+    poller = select.poll()  # not select(): a busy process may hold descriptors past 1024
+    poller.register(dbapi_connection.fileno(), select.POLLIN)
+    if not poller.poll(0):
+        return
+    try:
+        with dbapi_connection.cursor() as cursor:
+            cursor.execute(";")
+        dbapi_connection.rollback()
+    except Exception as error:  # any failure here means: not this connection
+        raise exc.DisconnectionError(f"the server ended the connection: {error}") from error
 
 
 def init_schema(engine: Engine) -> None:
