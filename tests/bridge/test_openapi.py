@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from collections import Counter
 from typing import Any
 
 import pytest
+from openapi_spec_validator import OpenAPIV31SpecValidator
 
 from services.bridge.backends import DEFAULT_SERVICES
 from services.bridge.openapi import ERROR_SCHEMA, build_openapi
@@ -136,3 +138,18 @@ def test_error_body_schema_lists_every_error_field(doc: dict[str, Any]) -> None:
         "request_id",
         "details",
     ]
+
+
+def test_document_is_valid_openapi_3_1(doc: dict[str, Any]) -> None:
+    validator = OpenAPIV31SpecValidator(doc)
+    problems = [
+        f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors()
+    ]
+    assert problems == []
+
+
+def test_the_validator_notices_a_broken_document(doc: dict[str, Any]) -> None:
+    # Without this, a validator that accepts anything would pass the test above.
+    broken = copy.deepcopy(doc)
+    del broken["paths"]["/api/v1/query"]["post"]["responses"]["200"]["description"]
+    assert list(OpenAPIV31SpecValidator(broken).iter_errors())
