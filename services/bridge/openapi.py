@@ -22,6 +22,12 @@ from services.bridge.routes import Route, RouteTable
 
 _FD = FieldDescriptor
 ERROR_SCHEMA = "reachstore.bridge.Error"
+_INFO = (
+    "The REST bridge of reachstore's gRPC services. Schemas give the field names responses "
+    "print (the proto names); requests may also use each field's lowerCamelCase JSON name, "
+    "but not both names of one field. docs/REST_JSON.md describes this JSON profile and "
+    "where it differs from canonical proto3 JSON."
+)
 _SCALARS: dict[int, dict[str, Any]] = {
     _FD.CPPTYPE_INT32: {"type": "integer", "format": "int32"},
     _FD.CPPTYPE_INT64: {"type": "integer", "format": "int64"},
@@ -270,7 +276,7 @@ def build_openapi(
     schemas[ERROR_SCHEMA] = error_schema
     return {
         "openapi": "3.1.0",
-        "info": {"title": title, "version": version},
+        "info": {"title": title, "version": version, "description": _INFO},
         "tags": _tags(ordered, comments),
         "paths": paths,
         "components": {"schemas": schemas},

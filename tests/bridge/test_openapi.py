@@ -274,7 +274,8 @@ def test_without_comments_the_document_is_the_same_minus_descriptions(
     doc: dict[str, Any],
 ) -> None:
     bare = json.loads(json.dumps(build_openapi(TABLE, comments=ProtoComments())))
-    assert _bare(bare) == bare | {"paths": _bare(bare["paths"])}  # no schema described
+    assert _bare(bare["components"]) == bare["components"]  # no schema described
+    assert all(set(tag) == {"name"} for tag in bare["tags"])
     assert _bare(_rpc_summaries_dropped(bare)) == _bare(_rpc_summaries_dropped(doc))
     assert not any("summary" in op for op in bare["paths"]["/api/v1/query"].values())
     assert list(OpenAPIV31SpecValidator(bare).iter_errors()) == []
