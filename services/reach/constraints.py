@@ -601,7 +601,7 @@ def _format_checker() -> jsonschema.FormatChecker:
     available = jsonschema.Draft202012Validator.FORMAT_CHECKER.checkers
     missing = [name for name in CHECKED_FORMATS if name not in available]
     if missing:
-        raise RuntimeError(f"jsonschema cannot check format(s) {', '.join(missing)}: broken install")
+        raise RuntimeError(f"jsonschema cannot check format(s) {', '.join(missing)}")
     checker = jsonschema.FormatChecker(formats=())
     checker.checkers = {name: available[name] for name in CHECKED_FORMATS}
     return checker
