@@ -7,6 +7,8 @@ managers: ``with HttpReceiver() as receiver: ...`` starts and stops one.
 - ``HttpReceiver``: a webhook receiver with a status endpoint (GET /tasks/{id}) and a cancel
   endpoint (POST /tasks/{id}/cancel); scriptable from Python and over HTTP (``/_control``),
   so a test can also script it from another process (see ``remote_script``).
+- ``VerifyingReceiver``: an ``HttpReceiver`` that first checks each delivery's Standard
+  Webhooks signature with the ``standardwebhooks`` package, as a user's receiver would.
 - ``SmtpReceiver``: an aiosmtpd relay that records messages and can refuse RCPT or DATA,
   answer DATA late, or drop the connection after DATA; optionally STARTTLS and AUTH.
 - ``GrpcReceiver``: a gRPC server for ``peer.v1.Tickets/Assign`` built at run time (no
@@ -45,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import standardwebhooks
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
 from google.protobuf import (
@@ -503,6 +506,27 @@ class HttpReceiver:
             handler.answer(400, {"error": str(exc)})
             return
         handler.answer(200, self.stats())
+
+
+class VerifyingReceiver(HttpReceiver):
+    """An ``HttpReceiver`` holding one Standard Webhooks secret: a delivery whose signature
+    ``standardwebhooks.Webhook(secret).verify`` refuses is answered 401 and takes no effect
+    (its reason is kept in ``refused``); one that verifies is served as usual."""
+
+    def __init__(self, secret: str, **settings: Any) -> None:
+        super().__init__(**settings)
+        self.webhook = standardwebhooks.Webhook(secret)
+        self.refused: list[str] = []
+
+    def _deliver(self, handler: _HttpHandler, body: bytes) -> None:
+        try:
+            self.webhook.verify(body, dict(handler.headers.items()), json_parse=False)
+        except standardwebhooks.WebhookVerificationError as exc:
+            with self._lock:
+                self.refused.append(str(exc))
+            handler.answer(401, {"error": f"signature: {exc}"})
+            return
+        super()._deliver(handler, body)
 
 
 class _Server(ThreadingHTTPServer):

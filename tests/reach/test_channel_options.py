@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +20,20 @@ from services.reach.channels import (
     WebhookOptions,
     build_channel,
 )
+from services.reach.channels.webhook_signing import WebhookSigner
 
 WHERE = "channels.out"
-ENV = {"TOKEN": "s3cret", "USER": "reach", "PASSWORD": "pw", "EMPTY": ""}
+NEW_KEY, OLD_KEY = b"n" * 32, b"o" * 24
+ENV = {
+    "TOKEN": "s3cret",
+    "USER": "reach",
+    "PASSWORD": "pw",
+    "EMPTY": "",
+    "SIGNING": "whsec_" + base64.b64encode(NEW_KEY).decode(),
+    "SIGNING_OLD": "whsec_" + base64.b64encode(OLD_KEY).decode(),
+    "SIGNING_RAW": "a raw secret of forty characters or more",
+    "SIGNING_SHORT": "whsec_" + base64.b64encode(b"k" * 16).decode(),
+}
 HOOK = {"url": "https://hooks.example.com/in"}
 MAIL = {"host": "smtp.example.com", "sender": "reach@example.com"}
 RPC = {"target": "tickets.internal:50051", "method": "/peer.v1.Tickets/Assign"}
@@ -77,6 +90,8 @@ def test_every_key_is_read() -> None:
             "connect_timeout_s": 1,
             "read_timeout_s": 2.5,
             "max_body_bytes": 1024,
+            "signing_secret_env": "SIGNING",
+            "signing_secret_env_previous": "SIGNING_OLD",
         },
         WHERE,
         ENV,
@@ -99,17 +114,21 @@ def test_every_key_is_read() -> None:
     )
 
     assert (hook.token, hook.connect_timeout_s, hook.max_body_bytes) == ("s3cret", 1.0, 1024)
+    assert hook.signer == WebhookSigner(NEW_KEY, OLD_KEY)
     assert (mail.username, mail.password, mail.port, mail.starttls) == ("reach", "pw", 587, True)
     assert (rpc.token, rpc.timeout_s, rpc.idempotency_metadata) == ("s3cret", 1.5, True)
 
 
 def test_secrets_stay_out_of_reprs() -> None:
-    hook = WebhookOptions.from_table({**HOOK, "token_env": "TOKEN"}, WHERE, ENV)
+    hook = WebhookOptions.from_table(
+        {**HOOK, "token_env": "TOKEN", "signing_secret_env": "SIGNING"}, WHERE, ENV
+    )
     mail = EmailOptions.from_table(
         {**MAIL, "username_env": "USER", "password_env": "PASSWORD"}, WHERE, ENV
     )
 
     assert "s3cret" not in repr(hook)
+    assert ENV["SIGNING"].removeprefix("whsec_") not in repr(hook) and "nnnn" not in repr(hook)
     assert "pw'" not in repr(mail) and "reach'" not in repr(mail)
 
 
@@ -142,6 +161,43 @@ def test_secrets_stay_out_of_reprs() -> None:
         ("webhook", {**HOOK, "read_timeout_s": 0}, "read_timeout_s: must be a positive"),
         ("webhook", {**HOOK, "read_timeout_s": True}, "read_timeout_s: must be a number"),
         ("webhook", {**HOOK, "max_body_bytes": 1.5}, "max_body_bytes: must be an integer"),
+        (
+            "webhook",
+            {**HOOK, "signing_secret_env": "UNSET"},
+            f"{WHERE}.signing_secret_env: environment variable UNSET is not set",
+        ),
+        (
+            "webhook",
+            {**HOOK, "signing_secret_env": "SIGNING_RAW"},
+            f"{WHERE}.signing_secret_env: environment variable SIGNING_RAW must hold a Standard "
+            "Webhooks secret: whsec_ followed by the base64 of 24 to 64 random bytes; its value "
+            "does not start with whsec_",
+        ),
+        (
+            "webhook",
+            {
+                **HOOK,
+                "signing_secret_env": "SIGNING",
+                "signing_secret_env_previous": "SIGNING_SHORT",
+            },
+            f"{WHERE}.signing_secret_env_previous: environment variable SIGNING_SHORT must hold",
+        ),
+        (
+            "webhook",
+            {**HOOK, "signing_secret_env": "SIGNING", "signing_secret_env_previous": "EMPTY"},
+            f"{WHERE}.signing_secret_env_previous: environment variable EMPTY is empty",
+        ),
+        (
+            "webhook",
+            {**HOOK, "signing_secret_env_previous": "SIGNING_OLD"},
+            f"{WHERE}.signing_secret_env_previous: is set without signing_secret_env",
+        ),
+        (
+            "webhook",
+            {**HOOK, "signing_secret_env": "SIGNING", "signing_secret_env_previous": "SIGNING"},
+            f"{WHERE}.signing_secret_env_previous: holds the same secret as signing_secret_env",
+        ),
+        ("webhook", {**HOOK, "signing_secret": "whsec_x"}, f"{WHERE}.signing_secret: unknown key"),
         ("email", {"sender": "a@example.com"}, f"{WHERE}.host: is required"),
         ("email", {"host": "smtp.example.com"}, f"{WHERE}.sender: is required"),
         ("email", {**MAIL, "sender": "Reach <r@example.com>"}, "sender: must be a plain e-mail"),
@@ -181,3 +237,33 @@ def test_the_unknown_key_message_lists_the_known_ones() -> None:
     message = error("webhook", {**HOOK, "retries": 3})
 
     assert "known keys:" in message and "read_timeout_s" in message and "token_env" in message
+
+
+def test_a_signing_secret_never_shows_in_the_error_about_it() -> None:
+    for name in ("SIGNING_RAW", "SIGNING_SHORT"):
+        message = error("webhook", {**HOOK, "signing_secret_env": name})
+
+        assert ENV[name] not in message and ENV[name].removeprefix("whsec_") not in message
+
+
+def test_a_webhook_without_a_signing_secret_is_unsigned_and_warned_about_by_name(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="services.reach.channels.webhook"):
+        hook = build_channel("webhook", HOOK, WHERE, ENV)
+        signed = build_channel("webhook", {**HOOK, "signing_secret_env": "SIGNING"}, "x.y", ENV)
+
+    assert isinstance(hook, WebhookChannel) and hook.options.signer is None
+    assert isinstance(signed, WebhookChannel) and signed.options.signer is not None
+    [record] = caplog.records
+    assert record.getMessage().startswith(f"{WHERE}: no signing_secret_env, so deliveries are")
+
+
+def test_a_signed_webhook_gives_the_key_to_the_receiver_even_without_the_header() -> None:
+    table = {**HOOK, "idempotency_header": False}
+
+    unsigned = build_channel("webhook", table, WHERE, ENV)
+    signed = build_channel("webhook", {**table, "signing_secret_env": "SIGNING"}, WHERE, ENV)
+
+    # As webhook-id: a receiver may de-duplicate by it, so receiver_deduplicates holds.
+    assert signed.sends_idempotency_key and not unsigned.sends_idempotency_key

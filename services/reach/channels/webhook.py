@@ -20,6 +20,11 @@ The whole send (connect, write and read together) is cut off after ``connect_tim
 read_timeout_s`` by the executor (``send_deadline``). Sending ``Idempotency-Key`` (the
 default) is not a promise that the receiver de-duplicates: only the channel's
 ``receiver_deduplicates = true`` lets the executor re-send after an ambiguous outcome.
+
+With ``signing_secret_env`` set, every delivery is signed per Standard Webhooks
+(``webhook_signing.py``). Status look-ups and cancels are not deliveries and carry only
+the bearer token: signed under the delivery's ``webhook-id``, a cancel would be dropped by
+a receiver that de-duplicates by it as a repeat of the delivery.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import dataclasses
 import ipaddress
 import json
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
@@ -44,6 +50,7 @@ from services.reach.channels.base import (
 )
 from services.reach.channels.common import Stopwatch, TableReader, json_default, traceparent
 from services.reach.channels.http_dates import retry_after_seconds
+from services.reach.channels.webhook_signing import SECRET_RULE, WebhookSigner, decode_secret
 
 DONE_STATES = frozenset({"done", "succeeded", "success", "completed"})
 FAILED_STATES = frozenset({"failed", "error", "rejected"})
@@ -53,6 +60,8 @@ PENDING_STATES = frozenset({"pending", "processing", "queued", "accepted", "runn
 # streams megabytes back cannot fill our memory.
 MAX_ANSWER_BYTES = 1 << 20
 PLACEHOLDER = "{external_id}"
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +76,7 @@ class WebhookOptions:
     connect_timeout_s: float = 3.0
     read_timeout_s: float = 8.0
     max_body_bytes: int = 65536
+    signer: WebhookSigner | None = None
 
     @classmethod
     def from_table(
@@ -101,9 +111,49 @@ class WebhookOptions:
             connect_timeout_s=reader.seconds("connect_timeout_s", 3.0),
             read_timeout_s=reader.seconds("read_timeout_s", 8.0),
             max_body_bytes=reader.integer("max_body_bytes", 65536, low=2, high=64 << 20),
+            signer=_signer(reader, table, where),
         )
         reader.finish()
         return options
+
+
+def _signer(reader: TableReader, table: Mapping[str, Any], where: str) -> WebhookSigner | None:
+    """The signing keys named by ``signing_secret_env`` and, during a rotation,
+    ``signing_secret_env_previous``; None (and a warning) when the channel signs nothing."""
+    current = _signing_key(reader, table, "signing_secret_env")
+    previous = _signing_key(reader, table, "signing_secret_env_previous")
+    if current is None:
+        if previous is not None:
+            raise reader.error(
+                "signing_secret_env_previous",
+                "is set without signing_secret_env (the previous secret signs only next to "
+                "the current one, during a rotation)",
+            )
+        log.warning(
+            "%s: no signing_secret_env, so deliveries are sent unsigned and a receiver "
+            "cannot tell them from forged ones",
+            where,
+        )
+        return None
+    if previous == current:
+        raise reader.error(
+            "signing_secret_env_previous",
+            "holds the same secret as signing_secret_env (a rotation needs the new secret "
+            "in signing_secret_env)",
+        )
+    return WebhookSigner(current, previous)
+
+
+def _signing_key(reader: TableReader, table: Mapping[str, Any], key: str) -> bytes | None:
+    secret = reader.secret(key)
+    if secret is None:
+        return None
+    try:
+        return decode_secret(secret)
+    except ValueError as exc:  # the message says what is wrong, never the value
+        raise reader.error(
+            key, f"environment variable {table[key]} {SECRET_RULE}; its value {exc}"
+        ) from None
 
 
 def _in_clear_beyond_loopback(value: str) -> bool:
@@ -134,9 +184,6 @@ def encode_params(params: Mapping[str, Any]) -> bytes:
     ).encode()
 
 
-log = logging.getLogger(__name__)
-
-
 class WebhookChannel:
     """Sends each action as one POST; one connection pool per channel."""
 
@@ -154,7 +201,8 @@ class WebhookChannel:
 
     @property
     def sends_idempotency_key(self) -> bool:
-        return self.options.idempotency_header
+        # A signed delivery carries the key as webhook-id, a receiver may de-duplicate by it.
+        return self.options.idempotency_header or self.options.signer is not None
 
     def send_deadline(self) -> tuple[str, float]:
         # httpx bounds each connect and each read; a receiver that trickles its answer a
@@ -220,6 +268,11 @@ class WebhookChannel:
         headers["Content-Type"] = "application/json"
         if self.options.idempotency_header:
             headers["Idempotency-Key"] = action.idempotency_key
+        if self.options.signer is not None:
+            # Signed here, just before sending: the timestamp is this attempt's.
+            headers.update(
+                self.options.signer.headers(action.idempotency_key, int(time.time()), body)
+            )
         watch = Stopwatch()
         try:
             code, raw, response_headers = await self._send(
