@@ -33,7 +33,7 @@ test: install-test browser-install faults-install go-install
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
 	$(MAKE) ts-test
 
-## Regenerate the Python code from the protos.
+## Regenerate the Python code and the bridge's descriptor set (with comments) from the protos.
 generate: install-test
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH scripts/generate_protos.sh
 

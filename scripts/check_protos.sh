@@ -18,7 +18,7 @@ fi
 echo "== generated code drift"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-scripts/generate_protos.sh "$tmp"
+scripts/generate_protos.sh "$tmp" "$tmp/descriptors.binpb"
 committed=$(cd clients/python && find reachstore \( -name '*_pb2.py' -o -name '*_pb2.pyi' -o -name '*_pb2_grpc.py' \) | sort)
 generated=$(cd "$tmp" && find reachstore \( -name '*_pb2.py' -o -name '*_pb2.pyi' -o -name '*_pb2_grpc.py' \) | sort)
 if [ "$committed" != "$generated" ]; then
@@ -30,5 +30,7 @@ status=0
 while read -r f; do
   cmp -s "clients/python/$f" "$tmp/$f" || { echo "drift: $f (run 'make generate')"; status=1; }
 done <<< "$committed"
+cmp -s services/bridge/descriptors.binpb "$tmp/descriptors.binpb" \
+  || { echo "drift: services/bridge/descriptors.binpb (run 'make generate')"; status=1; }
 [ $status -eq 0 ] && echo "generated code matches the protos"
 exit $status

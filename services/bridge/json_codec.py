@@ -6,9 +6,13 @@ unset message fields and absent proto3 ``optional`` scalars as ``null`` (an unse
 enums as lowercase words without the enum's prefix (``CATEGORY_PERMANENT`` ->
 ``"permanent"``); 64-bit integers as JSON numbers; Struct, maps as plain objects.
 
-In (JSON -> message): strict. Every mistake becomes ``errors.invalid(path, rule)`` where
+In (JSON -> message): strict. A field is accepted by its proto name or its JSON name
+(lowerCamelCase: ``top_k`` or ``topK``), as proto3 JSON parsers must; both names of one
+field in one object are refused. Every mistake becomes ``errors.invalid(path, rule)`` where
 ``path`` names the field as the caller wrote it (``documents[2].txt``), so an agent can
 fix the request without reading prose.
+
+docs/REST_JSON.md lists where this profile differs from canonical proto3 JSON, and why.
 """
 
 from __future__ import annotations
@@ -313,6 +317,56 @@ def scalar_from_text(field: FieldDescriptor, text: str, path: str) -> Any:
     return scalar_from_json(field, text, path)
 
 
+@functools.cache
+def _fields_by_key(descriptor: Descriptor) -> dict[str, FieldDescriptor]:
+    """Every name a field of ``descriptor`` is accepted by: its own and its JSON name."""
+    keys = {field.name: field for field in descriptor.fields}
+    for field in descriptor.fields:
+        keys.setdefault(field.json_name, field)  # never shadows another field's own name
+    return keys
+
+
+def field_by_key(descriptor: Descriptor, key: str) -> FieldDescriptor | None:
+    """The field ``key`` names in a JSON object or a query parameter, or None."""
+    return _fields_by_key(descriptor).get(key)
+
+
+def both_names_error(
+    path: str, field: FieldDescriptor, first: str, second: str
+) -> errors.ReachstoreError:
+    """The error for one field given under both of its names."""
+    return errors.invalid(
+        _join(path, second),
+        f"field {field.name} given twice, as {first!r} and {second!r}; proto3 JSON accepts "
+        "either its name or its lowerCamelCase JSON name, not both",
+        conflicts_with=_join(path, first),
+    )
+
+
+def member(data: dict[str, Any], field: FieldDescriptor) -> Any:
+    """The value ``data`` gives ``field`` under either of its names (None when absent)."""
+    if field.name in data:
+        return data[field.name]
+    return data.get(field.json_name)
+
+
+def _members(
+    descriptor: Descriptor, data: dict[Any, Any], path: str
+) -> list[tuple[str, FieldDescriptor, Any]]:
+    """(name as written, field, value) for every member of ``data``, all checked first."""
+    found: list[tuple[str, FieldDescriptor, Any]] = []
+    seen: dict[str, str] = {}
+    for name, value in data.items():
+        field = field_by_key(descriptor, name) if isinstance(name, str) else None
+        if field is None:
+            raise errors.invalid(_join(path, str(name)), "unknown field")
+        if field.name in seen:
+            raise both_names_error(path, field, seen[field.name], name)
+        seen[field.name] = name
+        found.append((name, field, value))
+    return found
+
+
 def _join(path: str, name: str) -> str:
     return f"{path}.{name}" if path else name
 
@@ -384,11 +438,8 @@ def fill_message(message: Message, data: Any, path: str = "") -> None:
     if not isinstance(data, dict):
         raise _wrong_type(path or "body", "object", data)
     oneofs_set: dict[str, str] = {}
-    for name, value in data.items():
+    for name, field, value in _members(descriptor, data, path):
         field_path = _join(path, name)
-        field = descriptor.fields_by_name.get(name) if isinstance(name, str) else None
-        if field is None:
-            raise errors.invalid(field_path, "unknown field")
         if value is None:  # null means "leave unset", as in proto3 JSON
             continue
         oneof = field.containing_oneof
@@ -401,15 +452,15 @@ def fill_message(message: Message, data: Any, path: str = "") -> None:
                 )
             oneofs_set[oneof.name] = name
         if _is_map(field):
-            _fill_map(getattr(message, name), field, value, field_path)
+            _fill_map(getattr(message, field.name), field, value, field_path)
         elif field.is_repeated:
             _fill_repeated(message, field, value, field_path)
         elif field.cpp_type == _FD.CPPTYPE_MESSAGE:
-            child = getattr(message, name)
+            child = getattr(message, field.name)
             child.SetInParent()  # `{}` still marks the field as present
             fill_message(child, value, field_path)
         else:
-            setattr(message, name, scalar_from_json(field, value, field_path))
+            setattr(message, field.name, scalar_from_json(field, value, field_path))
 
 
 def message_from_dict(descriptor: Descriptor, data: Any) -> Message:

@@ -1,9 +1,11 @@
 """An OpenAPI 3.1 document generated from the same descriptors and route table.
 
-Schemas mirror the JSON profile in ``json_codec``: proto field names, enums as string enums
-of lowercase words, ``null`` for unset messages and absent optional scalars, 64-bit
-integers as numbers. The generated Python descriptors carry no source info (protoc strips
-comments), so the document has no descriptions from proto comments.
+Schemas mirror the JSON profile in ``json_codec`` (written down in docs/REST_JSON.md):
+proto field names, enums as string enums of lowercase words, ``null`` for unset messages and
+absent optional scalars, 64-bit integers as numbers. Descriptions are the protos' leading
+comments (``proto_comments``): a service's become its tag's, a method's the operation's
+summary (first sentence) and description, a message's, field's and enum's their schema's,
+and an enum's values are listed with theirs in the enum's description.
 """
 
 from __future__ import annotations
@@ -15,10 +17,17 @@ from google.protobuf.descriptor import Descriptor, EnumDescriptor, FieldDescript
 
 from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
 from services.bridge import json_codec
+from services.bridge.proto_comments import ProtoComments, bundled_comments
 from services.bridge.routes import Route, RouteTable
 
 _FD = FieldDescriptor
 ERROR_SCHEMA = "reachstore.bridge.Error"
+_INFO = (
+    "The REST bridge of reachstore's gRPC services. Schemas give the field names responses "
+    "print (the proto names); requests may also use each field's lowerCamelCase JSON name, "
+    "but not both names of one field. docs/REST_JSON.md describes this JSON profile and "
+    "where it differs from canonical proto3 JSON."
+)
 _SCALARS: dict[int, dict[str, Any]] = {
     _FD.CPPTYPE_INT32: {"type": "integer", "format": "int32"},
     _FD.CPPTYPE_INT64: {"type": "integer", "format": "int64"},
@@ -42,6 +51,11 @@ def _ref(full_name: str) -> dict[str, str]:
     return {"$ref": f"#/components/schemas/{full_name}"}
 
 
+def _described(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    # OpenAPI 3.1 schemas are JSON Schema 2020-12: a description may stand beside a $ref.
+    return {**schema, "description": description} if description else schema
+
+
 def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
     if "type" in schema and isinstance(schema["type"], str):
         return {**schema, "type": [schema["type"], "null"]}
@@ -51,7 +65,8 @@ def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
 class _SchemaCollector:
     """Walks message types and gathers a schema for each message and enum reached."""
 
-    def __init__(self) -> None:
+    def __init__(self, comments: ProtoComments) -> None:
+        self.comments = comments
         self.schemas: dict[str, dict[str, Any]] = {}
 
     def message(self, descriptor: Descriptor) -> dict[str, Any]:
@@ -60,14 +75,26 @@ class _SchemaCollector:
         if descriptor.full_name not in self.schemas:
             self.schemas[descriptor.full_name] = {}  # placeholder first: types may recurse
             properties = {field.name: self.field(field) for field in descriptor.fields}
-            self.schemas[descriptor.full_name] = {"type": "object", "properties": properties}
+            self.schemas[descriptor.full_name] = _described(
+                {"type": "object", "properties": properties}, self.comments.of(descriptor)
+            )
         return _ref(descriptor.full_name)
 
     def enum(self, enum: EnumDescriptor) -> dict[str, Any]:
-        self.schemas.setdefault(
-            enum.full_name, {"type": "string", "enum": json_codec.enum_words(enum)}
-        )
+        if enum.full_name not in self.schemas:
+            schema = {"type": "string", "enum": json_codec.enum_words(enum)}
+            self.schemas[enum.full_name] = _described(schema, self._enum_description(enum))
         return _ref(enum.full_name)
+
+    def _enum_description(self, enum: EnumDescriptor) -> str:
+        # A string enum has no place for a description per value: list them in the enum's.
+        values, numbers = [], set()
+        for value in enum.values:
+            comment = self.comments.of_value(value)
+            if comment and value.number not in numbers:  # an alias shares the first's word
+                values.append(f"- `{json_codec.enum_word(enum, value.number)}`: {comment}")
+            numbers.add(value.number)
+        return "\n\n".join(part for part in (self.comments.of(enum), "\n".join(values)) if part)
 
     def _single(self, field: FieldDescriptor) -> dict[str, Any]:
         if field.cpp_type == _FD.CPPTYPE_MESSAGE:
@@ -94,7 +121,7 @@ class _SchemaCollector:
                 schema = _nullable(schema)  # printed as null when unset
         if field.GetOptions().deprecated:
             schema = {**schema, "deprecated": True}
-        return schema
+        return _described(schema, self.comments.of(field))
 
 
 def _error_schema(collector: _SchemaCollector) -> dict[str, Any]:
@@ -121,24 +148,26 @@ def _leaf_field(message: Descriptor, dotted: str) -> FieldDescriptor:
     return message.fields_by_name[last]
 
 
+def _parameter(name: str, where: str, required: bool, schema: dict[str, Any]) -> dict[str, Any]:
+    """A parameter carrying its field's description itself rather than in its schema."""
+    schema = dict(schema)
+    description = schema.pop("description", "")
+    param = {"name": name, "in": where, "required": required, "schema": schema}
+    return _described(param, description)
+
+
 def _parameters(route: Route, collector: _SchemaCollector) -> list[dict[str, Any]]:
     request = route.method.input_type
     params = []
     for name in route.variables:
         field = _leaf_field(request, name)
-        schema = collector.field(field)
-        params.append({"name": name, "in": "path", "required": True, "schema": schema})
+        params.append(_parameter(name, "path", True, collector.field(field)))
     if route.body == "*":
         return params
     for field in request.fields:
         if field.name in route.variables or field.cpp_type == _FD.CPPTYPE_MESSAGE:
             continue  # messages and maps cannot travel as query parameters
-        param: dict[str, Any] = {
-            "name": field.name,
-            "in": "query",
-            "required": False,
-            "schema": collector.field(field),
-        }
+        param = _parameter(field.name, "query", False, collector.field(field))
         if field.is_repeated:
             param["explode"] = True  # repeat the parameter once per value
         params.append(param)
@@ -153,8 +182,11 @@ def _operation(route: Route, operation_id: str, collector: _SchemaCollector) -> 
     # Every request message gets a component, also for GET routes whose fields travel as
     # parameters: gRPC and REST callers then share one vocabulary of types.
     request_schema = collector.message(route.method.input_type)
+    comments = collector.comments
     operation: dict[str, Any] = {
         "operationId": operation_id,
+        **({"summary": summary} if (summary := comments.summary(route.method)) else {}),
+        **({"description": text} if (text := comments.of(route.method)) != summary else {}),
         "tags": [route.service.name],
         "x-grpc-method": route.grpc_path,
         "parameters": _parameters(route, collector),
@@ -208,11 +240,27 @@ def _plain(operation_id: str, summary: str) -> dict[str, Any]:
     }
 
 
+def _tags(routes: tuple[Route, ...], comments: ProtoComments) -> list[dict[str, str]]:
+    services = {route.service.full_name: route.service for route in routes}
+    return [
+        _described({"name": service.name}, comments.of(service))
+        for _, service in sorted(services.items())
+    ]
+
+
 def build_openapi(
-    table: RouteTable, *, title: str = "reachstore", version: str = "v1"
+    table: RouteTable,
+    *,
+    title: str = "reachstore",
+    version: str = "v1",
+    comments: ProtoComments | None = None,
 ) -> dict[str, Any]:
-    """The OpenAPI 3.1 document for every route of ``table`` plus the bridge's own paths."""
-    collector = _SchemaCollector()
+    """The OpenAPI 3.1 document for every route of ``table`` plus the bridge's own paths.
+
+    ``comments`` default to the ones shipped with the bridge.
+    """
+    comments = bundled_comments() if comments is None else comments
+    collector = _SchemaCollector(comments)
     error_schema = _error_schema(collector)
     paths: dict[str, dict[str, Any]] = {
         "/healthz": _plain("Healthz", "The bridge process is up."),
@@ -228,7 +276,8 @@ def build_openapi(
     schemas[ERROR_SCHEMA] = error_schema
     return {
         "openapi": "3.1.0",
-        "info": {"title": title, "version": version},
+        "info": {"title": title, "version": version, "description": _INFO},
+        "tags": _tags(ordered, comments),
         "paths": paths,
         "components": {"schemas": schemas},
     }

@@ -1,9 +1,10 @@
 """Builds one request message from the three places HTTP carries fields: body, path, query.
 
 The JSON body is decoded strictly by ``json_codec``; path variables and query parameters
-arrive as text and are converted to the field's type with the same error reporting. A
-field the caller sets twice with different values (body and path) is refused rather than
-silently overridden, because one of the two was a mistake.
+arrive as text and are converted to the field's type with the same error reporting. Query
+parameters, like body fields, may use a field's name or its lowerCamelCase JSON name, not
+both. A field the caller sets twice with different values (body and path) is refused rather
+than silently overridden, because one of the two was a mistake.
 """
 
 from __future__ import annotations
@@ -37,12 +38,15 @@ def _leaf(message: Message, dotted: str) -> tuple[Message, FieldDescriptor]:
     return holder, field
 
 
-def _body_value(body: dict[str, Any] | None, dotted: str) -> Any:
+def _body_value(message: Message, body: dict[str, Any] | None, dotted: str) -> Any:
+    """What the body gives the field ``dotted`` names, under either of its names."""
     node: Any = body
+    descriptor = message.DESCRIPTOR
     for name in dotted.split("."):
-        if not isinstance(node, dict):
+        field = descriptor.fields_by_name.get(name)
+        if not isinstance(node, dict) or field is None:
             return None
-        node = node.get(name)
+        node, descriptor = json_codec.member(node, field), field.message_type
     return node
 
 
@@ -51,7 +55,7 @@ def _apply_path(message: Message, body: dict[str, Any] | None, name: str, text: 
     if field.is_repeated or field.cpp_type == _FD.CPPTYPE_MESSAGE:
         raise errors.invalid(name, "a path variable must name a single scalar field")
     value = json_codec.scalar_from_text(field, text, name)
-    if _body_value(body, name) is not None and getattr(holder, field.name) != value:
+    if _body_value(message, body, name) is not None and getattr(holder, field.name) != value:
         raise errors.invalid(name, "the body sets a different value than the path", path_value=text)
     setattr(holder, field.name, value)
 
@@ -63,12 +67,31 @@ def _group(query: Sequence[tuple[str, str]]) -> dict[str, list[str]]:
     return grouped
 
 
+def _query_fields(
+    message: Message, grouped: dict[str, list[str]]
+) -> list[tuple[str, FieldDescriptor, list[str]]]:
+    """(key as written, field, values) per query key; unknown keys and a field given under
+    both of its names refused before anything is set."""
+    found = []
+    seen: dict[str, str] = {}
+    for key, values in grouped.items():
+        field = json_codec.field_by_key(message.DESCRIPTOR, key)
+        if field is None:
+            raise errors.invalid(key, "unknown field")
+        if field.name in seen:
+            raise json_codec.both_names_error("", field, seen[field.name], key)
+        seen[field.name] = key
+        found.append((key, field, values))
+    return found
+
+
 def _apply_query(
-    message: Message, path_params: dict[str, str], key: str, values: list[str]
+    message: Message,
+    path_params: dict[str, str],
+    key: str,
+    field: FieldDescriptor,
+    values: list[str],
 ) -> None:
-    field = message.DESCRIPTOR.fields_by_name.get(key)
-    if field is None:
-        raise errors.invalid(key, "unknown field")
     if field.cpp_type == _FD.CPPTYPE_MESSAGE:
         raise errors.invalid(key, "cannot be set from a query parameter")
     converted = [
@@ -76,13 +99,13 @@ def _apply_query(
         for i, text in enumerate(values)
     ]
     if field.is_repeated:
-        getattr(message, key).extend(converted)
+        getattr(message, field.name).extend(converted)
         return
     if len(converted) > 1:
         raise errors.invalid(key, "given more than once", count=len(converted))
-    if key in path_params and getattr(message, key) != converted[0]:
+    if field.name in path_params and getattr(message, field.name) != converted[0]:
         raise errors.invalid(key, "the query sets a different value than the path")
-    setattr(message, key, converted[0])
+    setattr(message, field.name, converted[0])
 
 
 def build_request(
@@ -108,6 +131,6 @@ def build_request(
         raise errors.invalid(
             first, "query parameters are not accepted on this route; send fields in the JSON body"
         )
-    for key, values in grouped.items():
-        _apply_query(message, path_params, key, values)
+    for key, field, values in _query_fields(message, grouped):
+        _apply_query(message, path_params, key, field, values)
     return message

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import json
 import operator
 import re
@@ -61,6 +62,12 @@ __all__ = ["ParamRules", "Rule", "Violation"]
 
 MAX_SCHEMA_VIOLATIONS = 20
 _DRAFT = "https://json-schema.org/draft/2020-12/schema"
+# The formats a schema may use, named here rather than left to what happens to be installed:
+# jsonschema checks ``date-time``, ``uri`` and others only when optional packages are present
+# (rfc3339-validator arrives with a test tool), so the same channel file would load in one
+# environment and be refused in another. These need nothing beyond our own dependencies
+# (``idn-hostname`` uses idna, which httpx brings).
+CHECKED_FORMATS = ("date", "email", "idn-email", "idn-hostname", "ipv4", "ipv6", "regex", "uuid")
 _VARIABLES = frozenset({"params", "caller", "action"})
 _RULE_KEYS = frozenset({"expr", "message"})
 _COMPREHENSIONS = frozenset({"all", "exists", "exists_one", "map", "filter"})
@@ -573,7 +580,7 @@ def _schema_validator(schema: dict[str, Any], where: str) -> jsonschema.protocol
             raise ConfigError(
                 f"{where}: $ref {ref!r} does not resolve within the schema (nothing is fetched)"
             ) from None
-    checker = jsonschema.Draft202012Validator.FORMAT_CHECKER
+    checker = _format_checker()
     for name in _keyword(schema, "format"):
         if name not in checker.checkers:
             # Draft 2020-12 lets a format go unchecked; here an author would expect it to be.
@@ -586,6 +593,18 @@ def _schema_validator(schema: dict[str, Any], where: str) -> jsonschema.protocol
         registry=referencing.Registry(),
         format_checker=checker,
     )
+
+
+@functools.cache
+def _format_checker() -> jsonschema.FormatChecker:
+    """A checker for exactly ``CHECKED_FORMATS``, whatever else jsonschema could check."""
+    available = jsonschema.Draft202012Validator.FORMAT_CHECKER.checkers
+    missing = [name for name in CHECKED_FORMATS if name not in available]
+    if missing:
+        raise RuntimeError(f"jsonschema cannot check format(s) {', '.join(missing)}")
+    checker = jsonschema.FormatChecker(formats=())
+    checker.checkers = {name: available[name] for name in CHECKED_FORMATS}
+    return checker
 
 
 def _compile_rule(table: Any, where: str) -> tuple[Rule, celpy.Runner]:

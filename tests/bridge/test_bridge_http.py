@@ -294,6 +294,33 @@ def test_unknown_field_gives_400_naming_the_path(client: httpx.Client) -> None:
     assert error["message"] == "documents[2].txt: unknown field"
 
 
+def test_lower_camel_case_field_names_reach_the_service(
+    client: httpx.Client, backend: Backend
+) -> None:
+    response = client.post(
+        "/api/v1/query", json={"namespaces": ["demo"], "query": "q", "topK": 3, "timeoutMs": 50}
+    )
+    assert response.status_code == 200
+    request, _ = backend.recorder.last("Query")
+    assert (request.top_k, request.timeout_ms) == (3, 50)
+
+
+def test_both_names_of_one_field_give_400_and_nothing_is_sent(
+    client: httpx.Client, backend: Backend
+) -> None:
+    before = len(backend.recorder.calls)
+    response = client.post(
+        "/api/v1/namespaces/demo/documents:batchCreate",
+        json={"documents": [{"text": "a"}], "on_duplicate": "error", "onDuplicate": "overwrite"},
+    )
+    assert response.status_code == 400
+    error = _error(response)
+    assert error["structured_data"]["field"] == "onDuplicate"
+    assert error["structured_data"]["conflicts_with"] == "on_duplicate"
+    assert "field on_duplicate given twice" in error["message"]
+    assert len(backend.recorder.calls) == before
+
+
 def test_bad_query_param_gives_400(client: httpx.Client) -> None:
     response = client.get("/api/v1/namespaces", params={"page_size": "x"})
     assert response.status_code == 400

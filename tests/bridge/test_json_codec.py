@@ -138,6 +138,56 @@ def test_valid_body_builds_the_message() -> None:
     assert request.on_duplicate == ingest_pb2.ON_DUPLICATE_OVERWRITE
 
 
+def test_lower_camel_case_json_names_are_accepted_at_every_depth() -> None:
+    # proto3 JSON: parsers accept the proto field name and the lowerCamelCase JSON name.
+    request = _parse(
+        ingest_pb2.BatchCreateDocumentsRequest,
+        {
+            "namespace": "demo",
+            "documents": [{"documentId": "a", "text": "x"}, {"document_id": "b", "text": "y"}],
+            "onDuplicate": "overwrite",
+        },
+    )
+    assert [d.document_id for d in request.documents] == ["a", "b"]
+    assert request.on_duplicate == ingest_pb2.ON_DUPLICATE_OVERWRITE
+    query = _parse(query_pb2.QueryRequest, {"topK": 5, "timeoutMs": 70, "allowPartial": False})
+    assert (query.top_k, query.timeout_ms) == (5, 70)
+    assert query.HasField("allow_partial") and not query.allow_partial
+
+
+def test_camel_case_names_cover_maps_and_oneofs(sample_file: Any) -> None:
+    sample = message_factory.GetMessageClass(sample_file.message_types_by_name["Sample"])
+    parsed = json_codec.message_from_dict(
+        sample.DESCRIPTOR, {"byId": {"7": "seven"}, "child": {"textChoice": "t"}}
+    )
+    assert parsed.by_id[7] == "seven"
+    assert parsed.child.text_choice == "t"
+    with pytest.raises(errors.ReachstoreError) as caught:
+        json_codec.message_from_dict(sample.DESCRIPTOR, {"textChoice": "a", "number_choice": 1})
+    assert _data(caught.value)["conflicts_with"] == "textChoice"
+
+
+@pytest.mark.parametrize("second", [5, None])
+def test_a_field_given_under_both_its_names_is_refused(second: Any) -> None:
+    error = _error(query_pb2.QueryRequest, {"top_k": 5, "topK": second, "query": "q"})
+    assert _data(error) == {
+        "field": "topK",
+        "rule": "field top_k given twice, as 'top_k' and 'topK'; proto3 JSON accepts either "
+        "its name or its lowerCamelCase JSON name, not both",
+        "conflicts_with": "top_k",
+    }
+    assert error.failure.message.startswith("topK: field top_k given twice")
+
+
+def test_both_names_in_a_nested_item_are_named_by_its_path() -> None:
+    error = _error(
+        ingest_pb2.BatchCreateDocumentsRequest,
+        {"documents": [{"text": "a"}, {"documentId": "b", "text": "b", "document_id": "b"}]},
+    )
+    assert _data(error)["field"] == "documents[1].document_id"
+    assert _data(error)["conflicts_with"] == "documents[1].documentId"
+
+
 def test_enum_accepts_full_upper_name() -> None:
     request = _parse(ingest_pb2.CreateDocumentRequest, {"on_duplicate": "ON_DUPLICATE_SKIP"})
     assert request.on_duplicate == ingest_pb2.ON_DUPLICATE_SKIP

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
+from openapi_spec_validator import OpenAPIV31SpecValidator
 
 from services.bridge.backends import DEFAULT_SERVICES
 from services.bridge.openapi import ERROR_SCHEMA, build_openapi
+from services.bridge.proto_comments import ProtoComments
 from services.bridge.routes import RouteTable
 
 TABLE = RouteTable(DEFAULT_SERVICES)
@@ -19,6 +23,20 @@ TABLE = RouteTable(DEFAULT_SERVICES)
 def doc() -> dict[str, Any]:
     # Through JSON and back: the document must be plain JSON, not Python objects.
     return json.loads(json.dumps(build_openapi(TABLE)))
+
+
+def _bare(node: Any, *, names: bool = False) -> Any:
+    """``node`` without its descriptions, for the tests about shapes. ``names``: ``node``
+    maps names to schemas (``properties``), where ``description`` may be a field's name."""
+    if isinstance(node, dict):
+        return {
+            key: _bare(value, names=key == "properties" and not names)
+            for key, value in node.items()
+            if names or key != "description"
+        }
+    if isinstance(node, list):
+        return [_bare(value) for value in node]
+    return node
 
 
 def _refs(node: Any) -> list[str]:
@@ -74,7 +92,9 @@ def test_path_and_query_parameters_are_declared(doc: dict[str, Any]) -> None:
         ("document_id", "path", True),
     ]
     listing = doc["paths"]["/api/v1/namespaces/{namespace}/documents"]["get"]
-    query_params = {p["name"]: p["schema"] for p in listing["parameters"] if p["in"] == "query"}
+    query_params = {
+        p["name"]: _bare(p["schema"]) for p in listing["parameters"] if p["in"] == "query"
+    }
     assert query_params == {
         "page_size": {"type": "integer", "format": "int32"},
         "page_token": {"type": "string"},
@@ -99,7 +119,7 @@ def test_every_message_and_enum_has_a_component_and_refs_resolve(doc: dict[str, 
 
 
 def test_enums_are_string_enums_of_lowercase_words(doc: dict[str, Any]) -> None:
-    schemas = doc["components"]["schemas"]
+    schemas = _bare(doc["components"]["schemas"])
     assert schemas["reachstore.common.v1.Category"] == {
         "type": "string",
         "enum": ["unspecified", "auth", "permanent", "transient", "timeout", "quota"],
@@ -108,17 +128,18 @@ def test_enums_are_string_enums_of_lowercase_words(doc: dict[str, Any]) -> None:
 
 
 def test_field_schemas_follow_the_json_profile(doc: dict[str, Any]) -> None:
-    failure = doc["components"]["schemas"]["reachstore.common.v1.PartialFailure"]["properties"]
+    schemas = _bare(doc["components"]["schemas"])
+    failure = schemas["reachstore.common.v1.PartialFailure"]["properties"]
     assert failure["retry_after_ms"] == {"type": ["integer", "null"], "format": "int64"}
     assert failure["structured_data"] == {"type": "object", "additionalProperties": True}
-    task = doc["components"]["schemas"]["reachstore.ingest.v1.Task"]["properties"]
+    task = schemas["reachstore.ingest.v1.Task"]["properties"]
     assert task["error"] == {
         "anyOf": [
             {"$ref": "#/components/schemas/reachstore.common.v1.PartialFailure"},
             {"type": "null"},
         ]
     }
-    query = doc["components"]["schemas"]["reachstore.query.v1.QueryRequest"]["properties"]
+    query = schemas["reachstore.query.v1.QueryRequest"]["properties"]
     assert query["filter"] == {"type": "object", "additionalProperties": {"type": "string"}}
     assert query["namespaces"] == {"type": "array", "items": {"type": "string"}}
     assert query["namespace"]["deprecated"] is True
@@ -136,3 +157,125 @@ def test_error_body_schema_lists_every_error_field(doc: dict[str, Any]) -> None:
         "request_id",
         "details",
     ]
+
+
+def test_document_is_valid_openapi_3_1(doc: dict[str, Any]) -> None:
+    validator = OpenAPIV31SpecValidator(doc)
+    problems = [
+        f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors()
+    ]
+    assert problems == []
+
+
+def test_the_validator_notices_a_broken_document(doc: dict[str, Any]) -> None:
+    # Without this, a validator that accepts anything would pass the test above.
+    broken = copy.deepcopy(doc)
+    del broken["paths"]["/api/v1/query"]["post"]["responses"]["200"]["description"]
+    assert list(OpenAPIV31SpecValidator(broken).iter_errors())
+
+
+# --- descriptions from the proto comments -------------------------------------------------
+
+PROTOS = Path(__file__).resolve().parents[2] / "protos"
+
+
+def _proto_comment(proto: str, declaration: str) -> str:
+    """The comment lines right above ``declaration`` in a .proto file, joined as prose."""
+    lines = (PROTOS / proto).read_text(encoding="utf-8").splitlines()
+    at = next(i for i, line in enumerate(lines) if declaration in line)
+    above: list[str] = []
+    for line in reversed(lines[:at]):
+        if not line.strip().startswith("//"):
+            break
+        above.insert(0, line.strip().removeprefix("//").strip())
+    return " ".join(above)
+
+
+def test_field_description_is_the_comment_in_the_proto_file(doc: dict[str, Any]) -> None:
+    comment = _proto_comment("reachstore/common/v1/partial_failure.proto", "retry_after_ms = 9;")
+    assert comment.startswith("How long to wait before retrying")
+    failure = doc["components"]["schemas"]["reachstore.common.v1.PartialFailure"]
+    assert failure["properties"]["retry_after_ms"]["description"] == comment
+    query = doc["components"]["schemas"]["reachstore.query.v1.QueryRequest"]
+    assert query["properties"]["top_k"]["description"] == _proto_comment(
+        "reachstore/query/v1/query_service.proto", "int32 top_k = 3;"
+    )
+    # Beside a $ref and inside a nullable anyOf the description stays on the field.
+    task = doc["components"]["schemas"]["reachstore.ingest.v1.Task"]["properties"]
+    assert task["error"]["description"]
+    assert "anyOf" in task["error"]
+
+
+def test_message_and_operation_descriptions_are_the_proto_comments(doc: dict[str, Any]) -> None:
+    query_proto = "reachstore/query/v1/query_service.proto"
+    schemas = doc["components"]["schemas"]
+    assert schemas["reachstore.query.v1.QueryRequest"]["description"] == _proto_comment(
+        query_proto, "message QueryRequest {"
+    )
+    operation = doc["paths"]["/api/v1/query"]["post"]
+    rpc = _proto_comment(query_proto, "rpc Query(QueryRequest)")
+    assert operation["summary"] == rpc  # a one-sentence comment is the summary alone
+    assert "description" not in operation
+    create = doc["paths"]["/api/v1/namespaces/{namespace}/documents"]["post"]
+    assert create["summary"] == (
+        "Accepts one document for asynchronous ingestion and returns its task."
+    )
+    assert create["description"].startswith(create["summary"] + " Problems that depend")
+    tags = {tag["name"]: tag["description"] for tag in doc["tags"]}
+    assert tags["QueryService"] == _proto_comment(query_proto, "service QueryService {")
+    assert set(tags) == {route.service.name for route in TABLE.routes}
+
+
+def test_path_and_query_parameters_carry_their_fields_comments(doc: dict[str, Any]) -> None:
+    listing = doc["paths"]["/api/v1/namespaces/{namespace}/documents"]["get"]
+    params = {p["name"]: p for p in listing["parameters"]}
+    assert params["page_size"]["description"] == _proto_comment(
+        "reachstore/query/v1/query_service.proto", "int32 page_size ="
+    )
+    assert "description" not in params["page_size"]["schema"]
+    assert params["namespace"]["description"]
+
+
+def test_enum_description_lists_each_word_with_its_comment(doc: dict[str, Any]) -> None:
+    proto = "reachstore/common/v1/partial_failure.proto"
+    category = doc["components"]["schemas"]["reachstore.common.v1.Category"]
+    intro, values = category["description"].split("\n\n")
+    assert intro == _proto_comment(proto, "enum Category {")
+    assert values.splitlines()[1] == "- `auth`: " + _proto_comment(proto, "CATEGORY_AUTH = 1;")
+    assert len(values.splitlines()) == len(category["enum"])
+
+
+def test_every_proto_schema_and_field_is_described(doc: dict[str, Any]) -> None:
+    # buf lint (COMMENTS) demands a comment on each; all of them reach the document.
+    undescribed = [
+        f"{name}.{field}" if field else name
+        for name, schema in doc["components"]["schemas"].items()
+        if name.startswith("reachstore.") and name != ERROR_SCHEMA
+        for field in ["", *schema.get("properties", {})]
+        if not (schema["properties"][field] if field else schema).get("description")
+    ]
+    assert undescribed == []
+    operations = [op for item in doc["paths"].values() for op in item.values()]
+    assert all(op.get("summary") for op in operations)
+
+
+def _rpc_summaries_dropped(document: dict[str, Any]) -> dict[str, Any]:
+    paths = {
+        path: {
+            method: {k: v for k, v in op.items() if k != "summary" or "x-grpc-method" not in op}
+            for method, op in item.items()
+        }
+        for path, item in document["paths"].items()
+    }
+    return {**document, "paths": paths}
+
+
+def test_without_comments_the_document_is_the_same_minus_descriptions(
+    doc: dict[str, Any],
+) -> None:
+    bare = json.loads(json.dumps(build_openapi(TABLE, comments=ProtoComments())))
+    assert _bare(bare["components"]) == bare["components"]  # no schema described
+    assert all(set(tag) == {"name"} for tag in bare["tags"])
+    assert _bare(_rpc_summaries_dropped(bare)) == _bare(_rpc_summaries_dropped(doc))
+    assert not any("summary" in op for op in bare["paths"]["/api/v1/query"].values())
+    assert list(OpenAPIV31SpecValidator(bare).iter_errors()) == []

@@ -132,3 +132,29 @@ def test_boolean_query_param_takes_true_or_false_only() -> None:
     assert json_codec.scalar_from_text(field, "false", "allow_partial") is False
     with pytest.raises(errors.ReachstoreError):
         json_codec.scalar_from_text(field, "yes", "allow_partial")
+
+
+def test_query_params_take_the_lower_camel_case_name_too() -> None:
+    request = _build("GET", "/api/v1/namespaces/demo/documents", query=[("pageSize", "5")])
+    assert request.page_size == 5
+
+
+def test_query_param_under_both_names_is_refused() -> None:
+    data = _refused(
+        "GET",
+        "/api/v1/namespaces/demo/documents",
+        query=[("page_size", "5"), ("pageSize", "5")],
+    )
+    assert data["field"] == "pageSize"
+    assert data["conflicts_with"] == "page_size"
+    assert "given twice" in data["rule"]
+
+
+def test_camel_case_body_field_contradicting_the_path_is_refused() -> None:
+    data = _refused("GET", "/api/v1/tasks/t-1", query=[("taskId", "t-2")])
+    assert data["field"] == "taskId"
+    body = _refused("POST", "/api/v1/tasks/t-1:cancel", {"taskId": "t-2"})
+    assert body["field"] == "task_id"
+    assert body["path_value"] == "t-1"
+    same = _build("POST", "/api/v1/tasks/t-1:cancel", {"taskId": "t-1"})
+    assert same.task_id == "t-1"

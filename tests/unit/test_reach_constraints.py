@@ -8,6 +8,7 @@ import time
 import types
 from typing import Any
 
+import jsonschema
 import pytest
 
 from services.common.config_errors import ConfigError
@@ -72,6 +73,27 @@ def test_a_bad_schema_is_a_config_error_naming_the_channel(
         ParamRules.compile(schema, [], "channels.sms")
     assert str(caught.value).startswith("channels.sms.parameters: ")
     assert expected in str(caught.value)
+
+
+def test_checked_formats_do_not_depend_on_what_jsonschema_could_check() -> None:
+    # The test extras bring rfc3339-validator, with which jsonschema could check date-time
+    # and time; a channel file must still load, or not, the same in every environment.
+    assert "date-time" in jsonschema.Draft202012Validator.FORMAT_CHECKER.checkers
+    for name in ("date-time", "time"):
+        schema = {"properties": {"a": {"type": "string", "format": name}}}
+        with pytest.raises(ConfigError) as caught:
+            ParamRules.compile(schema, [], "channels.sms")
+        assert f"checked formats: {', '.join(sorted(constraints.CHECKED_FORMATS))} " in str(
+            caught.value
+        )
+    for name in constraints.CHECKED_FORMATS:
+        ParamRules.compile({"properties": {"a": {"format": name}}}, [], "channels.sms")
+    compiled = ParamRules.compile(
+        {"properties": {"d": {"type": "string", "format": "date"}}}, [], "channels.sms"
+    )
+    assert compiled.check({"d": "2024-13-40"}, CALLER, ACTION) == [
+        Violation("d", "must be a valid date")
+    ]
 
 
 def test_a_schema_that_is_not_a_table_is_a_config_error() -> None:
