@@ -33,6 +33,9 @@ ENV = {
     "SIGNING_OLD": "whsec_" + base64.b64encode(OLD_KEY).decode(),
     "SIGNING_RAW": "a raw secret of forty characters or more",
     "SIGNING_SHORT": "whsec_" + base64.b64encode(b"k" * 16).decode(),
+    "TOKEN_NEWLINE": "s3cret-from-a-file\n",
+    "TOKEN_SPACED": " s3cret-pasted",
+    "TOKEN_ACCENT": "s3crét",
 }
 HOOK = {"url": "https://hooks.example.com/in"}
 MAIL = {"host": "smtp.example.com", "sender": "reach@example.com"}
@@ -213,10 +216,22 @@ def test_secrets_stay_out_of_reprs() -> None:
         ("grpc", {**RPC, "method": "peer.v1.Tickets.Assign"}, "method: must be a full method"),
         ("grpc", {**RPC, "descriptor_set": "/no/such.binpb"}, "descriptor_set: [Errno 2]"),
         ("grpc", {**RPC, "token_env": "UNSET"}, "token_env: environment variable UNSET is not"),
+        ("webhook", {**HOOK, "token_env": "TOKEN_NEWLINE"}, "cannot be sent in a header"),
+        ("webhook", {**HOOK, "token_env": "TOKEN_SPACED"}, "cannot be sent in a header"),
+        ("webhook", {**HOOK, "token_env": "TOKEN_ACCENT"}, "cannot be sent in a header"),
+        ("grpc", {**RPC, "token_env": "TOKEN_NEWLINE"}, "cannot be sent in a header"),
+        ("grpc", {**RPC, "token_env": "TOKEN_ACCENT"}, "cannot be sent in a header"),
     ],
 )
 def test_mistakes_name_the_key(kind: str, table: dict[str, Any], expected: str) -> None:
     assert expected in error(kind, table)
+
+
+def test_a_refused_token_is_never_quoted() -> None:
+    for name in ("TOKEN_NEWLINE", "TOKEN_SPACED", "TOKEN_ACCENT"):
+        for kind, table in (("webhook", HOOK), ("grpc", RPC)):
+            message = error(kind, {**table, "token_env": name})
+            assert ENV[name].strip() not in message and name in message, message
 
 
 def test_a_descriptor_set_that_is_not_one_is_refused(tmp_path: Path) -> None:

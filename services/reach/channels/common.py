@@ -19,6 +19,13 @@ from typing import Any
 from services.common.config_errors import ConfigError
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Names an error message may repeat: the usual upper-case form. Anything else may be the
+# secret itself, pasted where its variable's name belongs (``whsec_...`` has no ``+`` or
+# ``/`` one time in four), and a start error goes to terminals, logs and orchestrators.
+_SHOWN_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,63}")
+# A value that can travel in an HTTP header or gRPC metadata as it is: visible ASCII,
+# inner spaces allowed, nothing around it (a file's trailing newline is the usual slip).
+_HEADER_SAFE = re.compile(r"[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?")
 _TRACE_ID = re.compile(r"[0-9a-f]{32}")
 
 
@@ -92,22 +99,39 @@ class TableReader:
             raise self.error(key, f"must be between {low} and {high}")
         return value
 
-    def secret(self, key: str) -> str | None:
+    def secret(self, key: str, *, header: bool = False) -> str | None:
         """Reads the NAME of an environment variable and returns that variable's value.
 
         Secrets never sit in the settings file; a named variable that is unset or empty is
-        an error now rather than a failed authentication at the first action.
+        an error now rather than a failed authentication at the first action. With
+        ``header``, the value is sent in a header as it is, so one that cannot be (a
+        control character, a space around it) is refused now too: else every send fails,
+        and the HTTP library's message, stored on the action, would quote the value.
+        Messages never hold a value, and repeat a name only in the usual upper-case form.
         """
         name = self._get(key)
         if name is None:
             return None
         if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
             raise self.error(key, "must name an environment variable (letters, digits, _)")
+        shown = (
+            f"environment variable {name}"
+            if _SHOWN_ENV_NAME.fullmatch(name)
+            else "the environment variable it names (not repeated here: a name not in "
+            "upper case may be a secret pasted in place of its variable's name)"
+        )
         value = self._env.get(name)
         if value is None:
-            raise self.error(key, f"environment variable {name} is not set")
+            raise self.error(key, f"{shown} is not set")
         if not value:
-            raise self.error(key, f"environment variable {name} is empty")
+            raise self.error(key, f"{shown} is empty")
+        if header and not _HEADER_SAFE.fullmatch(value):
+            raise self.error(
+                key,
+                f"{shown} holds a value that cannot be sent in a header as it is: visible "
+                "ASCII only, with no space or line break around it (often a file's trailing "
+                "newline); the value is not shown",
+            )
         return value
 
     def finish(self) -> None:

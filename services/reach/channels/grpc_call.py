@@ -124,7 +124,7 @@ class GrpcOptions:
             method=method,
             descriptor_set=descriptor_set,
             timeout_s=reader.seconds("timeout_s", 8.0),
-            token=reader.secret("token_env"),
+            token=reader.secret("token_env", header=True),
             idempotency_metadata=reader.boolean("idempotency_metadata", False),
             tls=_tls(reader, where),
         )

@@ -63,6 +63,13 @@ PLACEHOLDER = "{external_id}"
 
 log = logging.getLogger(__name__)
 
+# What a send the HTTP library refused before it left says, in place of the library's own
+# message, which quotes the offending header value (a token, a signature).
+_LOCAL_REFUSAL = (
+    "the request is not valid HTTP and was not sent (a header value with a control or "
+    "non-ASCII character; header values are not shown)"
+)
+
 
 @dataclasses.dataclass(frozen=True)
 class WebhookOptions:
@@ -92,7 +99,7 @@ class WebhookOptions:
                 if PLACEHOLDER not in template:
                     raise reader.error(key, f"must contain {PLACEHOLDER}")
                 _check_http_url(reader, key, template.replace(PLACEHOLDER, "x"))
-        token = reader.secret("token_env")
+        token = reader.secret("token_env", header=True)
         if token is not None:
             urls = {"url": url, "status_url": status_url, "cancel_url": cancel_url}
             for key, value in urls.items():
@@ -282,7 +289,7 @@ class WebhookChannel:
             raise _transport_error(exc, watch.ms()) from exc
         except UnicodeEncodeError as exc:  # a header value that is not ASCII: nothing sent
             raise ChannelError(
-                "permanent", "RECEIVER_REQUEST_INVALID", f"could not send: {exc}"
+                "permanent", "RECEIVER_REQUEST_INVALID", f"could not send: {_LOCAL_REFUSAL}"
             ) from exc
         return _classify_submit(
             code,
@@ -459,7 +466,15 @@ def _transport_error(exc: httpx.HTTPError, duration_ms: int) -> ChannelError:
             ambiguous=True,
             duration_ms=duration_ms,
         )
-    if isinstance(exc, httpx.LocalProtocolError | httpx.UnsupportedProtocol):
+    if isinstance(exc, httpx.LocalProtocolError):
+        # Its message quotes the header it refused, and headers carry the bearer token.
+        return ChannelError(
+            "permanent",
+            "RECEIVER_REQUEST_INVALID",
+            f"could not send: {_LOCAL_REFUSAL}",
+            duration_ms=duration_ms,
+        )
+    if isinstance(exc, httpx.UnsupportedProtocol):
         return ChannelError(
             "permanent",
             "RECEIVER_REQUEST_INVALID",
