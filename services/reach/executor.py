@@ -838,7 +838,7 @@ class Executor:
         }
         outgoing = Outgoing(
             action_id=f"alert-{alert.id}",
-            idempotency_key=f"reachstore-alert-{alert.id}",
+            idempotency_key=alert_key(alert.task_id, alert.id),
             action_type="alert",
             params=params,
             trace_id=secrets.token_hex(16),
@@ -855,6 +855,14 @@ class Executor:
             return False, f"no answer within {deadline:g} s"
         except Exception as exc:  # noqa: BLE001 - a channel bug
             return False, type(exc).__name__
+
+
+def alert_key(task_id: str, alert_id: int) -> str:
+    """An alert's idempotency key (its ``webhook-id`` when signed): what a receiver
+    de-duplicates by. The row number alone repeats across databases (another deployment,
+    a database made anew), so a new alert would pass for a repeat and be dropped; the task
+    id is random, and with the row number it names one alert anywhere."""
+    return f"reachstore-alert-{task_id}-{alert_id}"
 
 
 def _cut_off(exc: Exception, deadline: float, what: str, started: float) -> ChannelError:
