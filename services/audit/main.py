@@ -25,10 +25,10 @@ from services.audit.verify_settings import Verifier, cadence_from_env
 from services.audit.witness import Delivery, Witness, witnesses_from_env
 from services.common import logs, pii
 from services.common.config import Settings
-from services.common.limits import RequestLimiter
 from services.common.runner import serve
 from services.storage.engine import init_schema, make_engine, make_sessions
 from services.storage.keys import authenticator_for
+from services.storage.rate_buckets import fleet_limiter
 
 SERVICE = audit_service_pb2.DESCRIPTOR.services_by_name["AuditService"]
 
@@ -69,7 +69,7 @@ async def _run(settings: Settings, key: PrivateKey, witnesses: list[Witness]) ->
         before_stop=last_checkpoint,
         on_stop=engine.dispose,
         authenticator=authenticator_for(sessions, [SERVICE], settings.require_keys),
-        limiter=RequestLimiter(settings.limits),
+        limiter=fleet_limiter(settings.limits, sessions),
         tls=settings.tls,
     )
 

@@ -111,7 +111,7 @@ def _wrap_unary(
                 scope = authenticator.scope_of(method)
                 # The keyless local caller (development mode) is not rate limited.
                 if guards.limiter is not None and who.key_id:
-                    _check_rate(guards.limiter, who, scope)
+                    await _check_rate(guards.limiter, who, scope)
                 token = identity.set_caller(who)
                 if guards.audit is not None:
                     audited = guards.audit.begin(method, scope, request, who, metadata)
@@ -195,10 +195,14 @@ async def _end_abandoned(audited: AuditedCall, context: grpc.aio.ServicerContext
         log.warning("audit event of an abandoned call not written: %s", type(exc).__name__)
 
 
-def _check_rate(limiter: RequestLimiter, who: Caller, scope: str) -> None:
-    """Reads count against the query rate, everything else against the write rate."""
+async def _check_rate(limiter: RequestLimiter, who: Caller, scope: str) -> None:
+    """Reads count against the query rate, everything else against the write rate. Most
+    calls are settled by tokens this process holds; the others wait for the shared
+    buckets in a thread, off the event loop."""
     kind: CallKind = "query" if scope == "read" else "write"
-    wait = limiter.check_call(who.tenant, who.key_id, kind)
+    wait = limiter.check_call_now(who.tenant, who.key_id, kind)
+    if wait is None:
+        wait = await asyncio.to_thread(limiter.check_call, who.tenant, who.key_id, kind)
     if wait > 0:
         raise errors.ReachstoreError(
             errors.RATE_LIMITED,

@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import math
 import os
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from services.common.config_errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
 CallKind = Literal["query", "write"]
@@ -208,11 +211,132 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
 }
 
 
+class LeaseStore(Protocol):
+    """Where buckets shared by every process of a deployment live (the database they
+    already share: ``services/storage/rate_buckets.py``)."""
+
+    def lease(self, parts: Sequence[BucketRule], want: int) -> tuple[int, float]:
+        """Takes between 1 and ``want`` tokens from every bucket in ``parts``, the same
+        number from each, or none: (tokens taken, 0.0), or (0, seconds until one token is
+        in every bucket)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BucketRule:
+    """One shared bucket: its name in the store and its rule."""
+
+    name: str
+    rate: float
+    burst: int
+
+
+class _Grant:
+    """Tokens this process leased and has not used yet, or a refusal it remembers."""
+
+    __slots__ = ("tokens", "until", "refused_until")
+
+    def __init__(self) -> None:
+        self.tokens, self.until, self.refused_until = 0, 0.0, 0.0
+
+
+class FleetLimiter:
+    """Call rates that hold for the whole deployment, however many processes admit calls.
+
+    A process leases a few tokens at a time from the shared buckets (one short transaction)
+    and spends them locally, so most calls cost no trip at all: a lease is what the
+    slowest bucket of the call refills in ``lease_s``, at least one, at most half its
+    burst. Unused tokens lapse after ``ttl_s``: a process that goes quiet or away holds
+    none for long, and the fleet never admits more than the shared buckets allow (it errs
+    towards refusing by at most one lease per process per ``ttl_s``). A refusal is
+    remembered until the wait it advised, so a caller hammering past its limit costs one
+    trip per wait, not one per call.
+    """
+
+    def __init__(
+        self,
+        store: LeaseStore,
+        clock: Clock = time.monotonic,
+        *,
+        lease_s: float = 0.05,
+        ttl_s: float = 0.5,
+        max_keys: int = 100_000,
+    ) -> None:
+        self._store, self._clock = store, clock
+        self._lease_s, self._ttl_s, self._max_keys = lease_s, ttl_s, max_keys
+        self._lock = threading.Lock()
+        self._grants: OrderedDict[tuple[str, ...], _Grant] = OrderedDict()
+
+    def try_local(self, parts: Sequence[BucketRule]) -> float | None:
+        """0.0 when a leased token was spent, the remaining wait when a refusal is still
+        remembered, None when only the store can tell (``take``)."""
+        key = tuple(part.name for part in parts)
+        now = self._clock()
+        with self._lock:
+            grant = self._grants.get(key)
+            if grant is None:
+                return None
+            if grant.refused_until > now:
+                return grant.refused_until - now
+            if grant.tokens > 0 and grant.until > now:
+                grant.tokens -= 1
+                return 0.0
+        return None
+
+    def take(self, parts: Sequence[BucketRule]) -> float:
+        """One call's token: spent from a lease, or from a new lease (a trip to the store,
+        blocking; run it off the event loop). 0.0 or the seconds to wait."""
+        local = self.try_local(parts)
+        if local is not None:
+            return local
+        want = max(1, min(min(int(p.rate * self._lease_s), p.burst // 2) for p in parts))
+        got, wait = self._store.lease(parts, want)
+        key = tuple(part.name for part in parts)
+        now = self._clock()
+        with self._lock:
+            grant = self._grants.get(key)
+            if grant is None:
+                self._make_room(now)
+                grant = self._grants[key] = _Grant()
+            else:
+                self._grants.move_to_end(key)
+            if got == 0:
+                grant.refused_until = now + wait
+                return wait
+            # This call spends one; the rest join what is left of an earlier lease.
+            live = grant.tokens if grant.until > now else 0
+            grant.tokens, grant.until, grant.refused_until = live + got - 1, now + self._ttl_s, 0.0
+        return 0.0
+
+    def _make_room(self, now: float) -> None:
+        """Drops lapsed grants, oldest first, and beyond ``max_keys`` the oldest anyway
+        (what it held lapses early: the fleet admits less, never more). Lock held."""
+        while self._grants:
+            oldest = next(iter(self._grants.values()))
+            lapsed = oldest.until <= now and oldest.refused_until <= now
+            if not lapsed and len(self._grants) < self._max_keys:
+                return
+            self._grants.popitem(last=False)
+
+
 class RequestLimiter:
     """The rate limits of incoming calls: per API key and per tenant for each call kind,
-    and per namespace for searches. Waits are seconds; 0.0 means go ahead."""
+    and per namespace for searches. Waits are seconds; 0.0 means go ahead.
 
-    def __init__(self, limits: Limits, clock: Clock = time.monotonic) -> None:
+    With a ``store``, the buckets are the deployment's (``FleetLimiter``): N processes
+    admit what one would. Without one they are this process's own, which is exact only
+    while one process serves each kind of call. When the store cannot be reached, the
+    process falls back to its own buckets for that call (admitting rather than refusing
+    everything while the database is away) and says so in its log.
+    """
+
+    def __init__(
+        self,
+        limits: Limits,
+        clock: Clock = time.monotonic,
+        store: LeaseStore | None = None,
+        *,
+        store_down: Callable[[Exception], bool] = lambda exc: False,
+    ) -> None:
         self.limits, self._clock, keys = limits, clock, limits.max_tracked_keys
         self._by_kind: dict[str, tuple[RateLimiter, RateLimiter]] = {
             "query": (
@@ -227,20 +351,72 @@ class RequestLimiter:
         self._namespaces = RateLimiter(
             limits.namespace_query_rate, limits.namespace_query_burst, clock, keys
         )
+        self._fleet = None if store is None else FleetLimiter(store, clock, max_keys=keys)
+        # A shared bucket's name says which limit it is, then whose: "query/key/<key id>".
+        self._roles = {id(self._namespaces): "namespace"}
+        for kind, (key_limiter, tenant_limiter) in self._by_kind.items():
+            self._roles[id(key_limiter)] = f"{kind}/key"
+            self._roles[id(tenant_limiter)] = f"{kind}/tenant"
+        self._store_down = store_down
 
-    def check_call(self, tenant: str, key_id: str, kind: CallKind) -> float:
-        """Charges one call to the key and to its tenant, both or neither, so a key over its
-        own limit does not also eat its tenant's budget. Key ids are unique across tenants;
-        the keyless local caller (empty ``key_id``) meets only the tenant limit."""
+    @property
+    def shared(self) -> bool:
+        return self._fleet is not None
+
+    def _call_parts(
+        self, tenant: str, key_id: str, kind: CallKind
+    ) -> list[tuple[RateLimiter, str]]:
         if kind not in self._by_kind:
             raise ValueError(f"kind must be 'query' or 'write', got {kind!r}")
         key_limiter, tenant_limiter = self._by_kind[kind]
         key_part = [(key_limiter, key_id)] if key_id else []
-        return _take_all([*key_part, (tenant_limiter, tenant)], 1, self._clock)
+        return [*key_part, (tenant_limiter, tenant)]
+
+    def _shared_rules(self, parts: Sequence[tuple[RateLimiter, str]]) -> list[BucketRule]:
+        return [
+            BucketRule(f"{self._roles[id(limiter)]}/{name}", limiter._rate, limiter._burst)
+            for limiter, name in parts
+            if not limiter.unlimited
+        ]
+
+    def _check(self, parts: list[tuple[RateLimiter, str]], local_only: bool) -> float | None:
+        if self._fleet is None:
+            return _take_all(parts, 1, self._clock)
+        rules = self._shared_rules(parts)
+        if not rules:
+            return 0.0
+        if local_only:
+            return self._fleet.try_local(rules)
+        try:
+            return self._fleet.take(rules)
+        except Exception as exc:
+            if not self._store_down(exc):
+                raise
+            log.warning(
+                "shared rate buckets unavailable (%s): limiting per process", type(exc).__name__
+            )
+            return _take_all(parts, 1, self._clock)
+
+    def check_call(self, tenant: str, key_id: str, kind: CallKind) -> float:
+        """Charges one call to the key and to its tenant, both or neither, so a key over its
+        own limit does not also eat its tenant's budget. Key ids are unique across tenants;
+        the keyless local caller (empty ``key_id``) meets only the tenant limit. With a
+        store this may wait for it: call it off the event loop, after ``check_call_now``."""
+        wait = self._check(self._call_parts(tenant, key_id, kind), local_only=False)
+        assert wait is not None
+        return wait
+
+    def check_call_now(self, tenant: str, key_id: str, kind: CallKind) -> float | None:
+        """``check_call`` without waiting for the store: the wait (0.0: go ahead), or None
+        when only ``check_call`` can tell."""
+        return self._check(self._call_parts(tenant, key_id, kind), local_only=True)
 
     def check_namespace(self, tenant: str, namespace: str) -> float:
-        """Charges one search of the tenant's ``namespace`` (names hold no '/')."""
-        return self._namespaces.try_take(f"{tenant}/{namespace}")
+        """Charges one search of the tenant's ``namespace`` (names hold no '/'). With a
+        store this may wait for it (searches run in worker threads)."""
+        wait = self._check([(self._namespaces, f"{tenant}/{namespace}")], False)
+        assert wait is not None
+        return wait
 
 
 def retry_after_ms(wait_s: float) -> int:

@@ -11,7 +11,6 @@ from services.admin.api.keys import KeyServicer
 from services.audit.wiring import auditing
 from services.common import logs
 from services.common.config import Settings
-from services.common.limits import RequestLimiter
 from services.common.runner import serve
 from services.embedding import default_embedder
 from services.embedding.forked import ForkedEmbedders, processes_wanted
@@ -19,6 +18,7 @@ from services.ingest.api.servicer import IngestServicer
 from services.ingest.worker import IngestWorker
 from services.storage.engine import init_schema, make_engine, make_sessions
 from services.storage.keys import KeyStore, authenticator_for
+from services.storage.rate_buckets import fleet_limiter
 from services.storage.repository import SemanticStore
 from services.storage.tasks import TaskStore
 
@@ -73,7 +73,7 @@ def main() -> None:
             settings.listen,
             on_stop=stop_worker,
             authenticator=authenticator_for(sessions, SERVICES, settings.require_keys),
-            limiter=RequestLimiter(settings.limits),
+            limiter=fleet_limiter(settings.limits, sessions),
             audit=auditor,
             background=shipping,
             tls=settings.tls,

@@ -17,7 +17,6 @@ from services.audit.outbox_metrics import OutboxGauges  # noqa: E402
 from services.audit.wiring import auditing  # noqa: E402
 from services.common import logs  # noqa: E402
 from services.common.config import Settings  # noqa: E402
-from services.common.limits import RequestLimiter  # noqa: E402
 from services.common.runner import serve  # noqa: E402
 from services.embedding import default_embedder  # noqa: E402
 from services.query.api.servicer import QueryServicer  # noqa: E402
@@ -26,6 +25,7 @@ from services.query.indexes import IndexManager  # noqa: E402
 from services.query.metrics import QueryMetrics  # noqa: E402
 from services.storage.engine import init_schema, make_engine, make_sessions  # noqa: E402
 from services.storage.keys import authenticator_for  # noqa: E402
+from services.storage.rate_buckets import fleet_limiter  # noqa: E402
 from services.storage.repository import SemanticStore  # noqa: E402
 
 SERVICE_NAME = query_service_pb2.DESCRIPTOR.services_by_name["QueryService"].full_name
@@ -67,7 +67,7 @@ async def _run(settings: Settings) -> None:
     embedder = default_embedder(settings.embed_threads)
     indexes = IndexManager(store, settings.data_dir / "indexes", settings.fault_rebuild_delay_ms)
     indexes.warm()
-    limiter = RequestLimiter(settings.limits)
+    limiter = fleet_limiter(settings.limits, make_sessions(engine))
     auditor, shipping, _ = auditing(make_sessions(engine), settings, ["query"])
     metrics = QueryMetrics()
     # The outbox is the deployment's, in the shared store: this process shows all of it.

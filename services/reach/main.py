@@ -14,7 +14,6 @@ from reachstore.reach.v1 import reach_service_pb2, reach_service_pb2_grpc
 from services.audit.wiring import auditing
 from services.common import logs
 from services.common.config import Settings
-from services.common.limits import RequestLimiter
 from services.common.runner import serve
 from services.reach.api.servicer import ReachServicer
 from services.reach.channels import build_channel
@@ -28,6 +27,7 @@ from services.reach.store import ReachStore
 from services.reach.watch import TaskChanges
 from services.storage.engine import init_schema, make_engine, make_sessions
 from services.storage.keys import authenticator_for
+from services.storage.rate_buckets import fleet_limiter
 
 SERVICE = reach_service_pb2.DESCRIPTOR.services_by_name["ReachService"]
 
@@ -109,7 +109,7 @@ async def _run(
         before_stop=wind_down,
         on_stop=engine.dispose,
         authenticator=authenticator_for(sessions, [SERVICE], settings.require_keys),
-        limiter=RequestLimiter(settings.limits),
+        limiter=fleet_limiter(settings.limits, sessions),
         audit=auditor,
         background=shipping,
         tls=settings.tls,

@@ -11,6 +11,7 @@ import datetime as dt
 from sqlalchemy import (
     BigInteger,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -163,3 +164,17 @@ class ApiKeyRow(Base):
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     expires_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     revoked_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class RateBucketRow(Base):
+    """A call-rate token bucket every process of the deployment shares: a key's, a
+    tenant's or a namespace's (``services/storage/rate_buckets.py``). ``version`` makes
+    each update a compare-and-set, so two processes never both take the last token."""
+
+    __tablename__ = "rate_buckets"
+
+    # The bucket's name ("query/key/<key id>"), or its SHA-256 when the name is longer.
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    tokens: Mapped[float] = mapped_column(Float)
+    stamp: Mapped[float] = mapped_column(Float)  # epoch seconds of the last refill
+    version: Mapped[int] = mapped_column(Integer, default=0)
