@@ -53,7 +53,7 @@ def _failure_paths(descriptor: Descriptor) -> tuple[tuple[str, ...], ...]:
     for field in descriptor.fields:
         if field.type != FieldDescriptor.TYPE_MESSAGE:
             continue
-        repeated = field.label == FieldDescriptor.LABEL_REPEATED
+        repeated = field.is_repeated
         if field.message_type.full_name == _PARTIAL_FAILURE:
             if repeated:
                 paths.append((field.name,))
@@ -63,7 +63,7 @@ def _failure_paths(descriptor: Descriptor) -> tuple[tuple[str, ...], ...]:
         for inner in field.message_type.fields:
             if (
                 inner.type == FieldDescriptor.TYPE_MESSAGE
-                and inner.label == FieldDescriptor.LABEL_REPEATED
+                and inner.is_repeated
                 and inner.message_type.full_name == _PARTIAL_FAILURE
             ):
                 paths.append((field.name, inner.name))
