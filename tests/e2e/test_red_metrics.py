@@ -138,9 +138,15 @@ def test_the_bridge_counts_routes_not_paths(system: RunningSystem, http: httpx.C
         "OTHER",
     }
     assert series_count(families, "reachstore_http_requests_total") < 30
-    assert value(
-        families, "reachstore_http_requests_total", route="/api/v1/tasks/{task_id}", status="404"
-    ) >= 150
+    assert (
+        value(
+            families,
+            "reachstore_http_requests_total",
+            route="/api/v1/tasks/{task_id}",
+            status="404",
+        )
+        >= 150
+    )
     assert value(families, "reachstore_http_requests_total", route="unmatched") >= 150
     buckets = label_values(families, "reachstore_http_request_duration_seconds_bucket", "route")
     assert buckets == routes
