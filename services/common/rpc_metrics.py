@@ -17,6 +17,7 @@ the wrapper) and from fixed enums, so callers cannot grow the number of series.
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
@@ -103,7 +104,19 @@ class RpcMetrics:
             registry=registry,
         )
 
+        # (path, code, category) -> the two children: ``labels()`` checks and locks on every
+        # call, a dict look-up does not. Bounded by methods x codes x categories.
+        self._children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
+
     def observe(self, path: str, code: str, category: str, seconds: float) -> None:
-        service, method = split_method(path)
-        self.requests.labels(service, method, code, category).inc()
-        self.duration.labels(service, method).observe(seconds)
+        key = (path, code, category)
+        children = self._children.get(key)
+        if children is None:
+            service, method = split_method(path)
+            children = (
+                self.requests.labels(service, method, code, category),
+                self.duration.labels(service, method),
+            )
+            self._children[key] = children
+        children[0].inc()
+        children[1].observe(seconds)
