@@ -5,8 +5,10 @@ but ``metrics``, answer ``grpc.health.v1.Health/Check`` (the cheapest unary call
 have, so the wrapper's share is as large as it gets). One client calls them in
 alternating rounds in the same run (``--rounds``, each ``--calls`` calls with
 ``--concurrency`` in flight), so the machine's drift falls on both alike, and prints
-calls/s of each, the ratio, and the added time per call. Then ``RpcMetrics.observe``
-alone, timed in a loop, and the partial-answer look-up on a reply carrying none.
+calls/s of each, the ratio, and the added time per call. On a busy machine those rounds
+vary more than the metrics cost, so the wrapper itself is timed too, without the network
+(the same handler with and without metrics, alternating batches), then
+``RpcMetrics.observe`` alone and the partial-answer look-up on a reply carrying none.
 
     .venv/bin/python bench/bench_rpc_metrics.py [--rounds 6] [--calls 3000]
 """
@@ -27,7 +29,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 from prometheus_client import CollectorRegistry  # noqa: E402
 
 from reachstore.query.v1 import query_service_pb2  # noqa: E402
-from services.common.grpc_server import create_server, mark_serving  # noqa: E402
+from services.common.grpc_server import (  # noqa: E402
+    Guards,
+    _wrap_unary,
+    create_server,
+    mark_serving,
+)
 from services.common.rpc_metrics import RpcMetrics, partial_category  # noqa: E402
 
 METHOD = "/grpc.health.v1.Health/Check"
@@ -75,6 +82,32 @@ async def _servers(args: argparse.Namespace) -> tuple[list[float], list[float]]:
     return without, with_metrics
 
 
+async def _wrapper_us(rounds: int, count: int) -> tuple[float, float]:
+    """The wrapper every call runs through (``_wrap_unary``), without the network: the
+    same handler behind ``Guards()`` and ``Guards(metrics=...)``, called in alternating
+    batches on one event loop. Returns the median microseconds per call of each."""
+    reply = query_service_pb2.QueryResponse()
+    reply.meta.coverage_ratio = 1.0
+
+    async def behavior(request: object, context: object) -> query_service_pb2.QueryResponse:
+        return reply
+
+    path = "/reachstore.query.v1.QueryService/Query"
+    handlers = (
+        _wrap_unary(behavior, path, Guards(), ()),
+        _wrap_unary(behavior, path, Guards(metrics=RpcMetrics(CollectorRegistry())), ()),
+    )
+    request = query_service_pb2.QueryRequest()
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(rounds):
+        for which, handler in enumerate(handlers):
+            started = time.perf_counter()
+            for _ in range(count):
+                await handler(request, None)
+            times[which].append((time.perf_counter() - started) / count * 1e6)
+    return statistics.median(times[0]), statistics.median(times[1])
+
+
 def _observe_ns(count: int) -> tuple[float, float]:
     metrics = RpcMetrics(CollectorRegistry())
     reply = query_service_pb2.QueryResponse()
@@ -108,6 +141,11 @@ def main() -> None:
     paired = statistics.median(y / x for x, y in zip(without, with_metrics, strict=True))
     print(f"  ratio with/without: {b / a:.3f} of medians, {paired:.3f} median of paired rounds")
     print(f"  added per call (medians): {(1 / b - 1 / a) * 1e6:.1f} us")
+    bare, metered = asyncio.run(_wrapper_us(args.rounds, 20_000))
+    print(
+        f"  the call wrapper alone (QueryResponse, no network): {bare:.2f} us without, "
+        f"{metered:.2f} us with metrics: +{metered - bare:.2f} us per call"
+    )
     observe, lookup = _observe_ns(200_000)
     print(
         f"  RpcMetrics.observe alone: {observe:.0f} ns; partial look-up on a reply: {lookup:.0f} ns"
