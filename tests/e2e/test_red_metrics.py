@@ -4,7 +4,8 @@ A few calls through the bridge — complete, partial and failing, on every servi
 each component's /metrics is scraped and the counters must have moved with the right
 labels (docs/OPERATIONS.md, "Metrics"). The bridge's counters are attacked with many
 distinct paths: they must not make many series. And the Grafana dashboard in
-deploy/grafana may only name series these running components export.
+deploy/grafana may only name series these running components export. The system is the
+e2e fixture's (tests/e2e/conftest.py), one per module.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -34,20 +34,6 @@ pytestmark = pytest.mark.e2e
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "reachstore.json"
 QUERY = "reachstore.query.v1.QueryService"
 REQUESTS = "reachstore_rpc_requests_total"
-
-
-@pytest.fixture(scope="module")
-def system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSystem]:
-    running = RunningSystem(tmp_path_factory.mktemp("red-metrics") / "data")
-    running.start()
-    yield running
-    assert running.stop() == 0, "".join(running.output[-40:])
-
-
-@pytest.fixture(scope="module")
-def http(system: RunningSystem) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=system.http_url, timeout=30.0) as client:
-        yield client
 
 
 def _query(http: httpx.Client, **body: object) -> httpx.Response:

@@ -6,26 +6,16 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Iterator
 
-import pytest
 from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine, insert, update
 
 from services.audit.outbox_metrics import OutboxGauges
 from services.ingest.metrics import QueueGauges
 from services.storage.audit_models import AuditOutboxRow
-from services.storage.engine import init_schema, make_engine, make_sessions
+from services.storage.engine import make_sessions
 from services.storage.models import TaskRow
 from services.storage.tasks import NewTask, TaskStore
-
-
-@pytest.fixture
-def engine(database_url: str) -> Iterator[Engine]:
-    made = make_engine(database_url)
-    init_schema(made)
-    yield made
-    made.dispose()
 
 
 def _registry(collector: object) -> CollectorRegistry:
