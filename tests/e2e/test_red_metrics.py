@@ -112,6 +112,8 @@ def test_the_bridge_counts_routes_not_paths(system: RunningSystem, http: httpx.C
         http.get(f"/api/v1/tasks/{uuid.uuid4().hex}")
         http.get(f"/nowhere/{uuid.uuid4().hex}/{i}")
         http.request(f"X{uuid.uuid4().hex[:8].upper()}", f"/api/v1/tasks/{i}")
+        # Refused by the Host guard before any route is matched.
+        http.get(f"/api/v1/tasks/{i}", headers={"Host": f"rebind-{i}.test"})
     families = scrape(system, "bridge")
     routes = label_values(families, "reachstore_http_requests_total", "route")
     assert "/api/v1/tasks/{task_id}" in routes
@@ -133,7 +135,8 @@ def test_the_bridge_counts_routes_not_paths(system: RunningSystem, http: httpx.C
         )
         >= 150
     )
-    assert value(families, "reachstore_http_requests_total", route="unmatched") >= 150
+    assert value(families, "reachstore_http_requests_total", route="unmatched") >= 300
+    assert value(families, "reachstore_http_requests_total", route="unmatched", status="403") >= 150
     buckets = label_values(families, "reachstore_http_request_duration_seconds_bucket", "route")
     assert buckets == routes
 
