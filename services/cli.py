@@ -4,7 +4,8 @@
 each reports healthy, seeds the `demo` namespace, prints one ready line and stops
 everything cleanly on Ctrl-C or SIGTERM. Its flags, the port layout (query on the base
 port, ingest on base+1, reach on base+2, audit on base+3) and the ready line are an
-interface other tools rely on. Query metrics (Prometheus) listen on base+9.
+interface other tools rely on. Each component's Prometheus metrics listen on a port of
+their own: query base+9, reach base+8, ingest base+7, audit base+6, bridge base+5.
 """
 
 from __future__ import annotations
@@ -77,10 +78,25 @@ DEMO_TEXT = (
 
 # Offsets from --grpc-port-base, in this order. Reach and audit join in their own issues.
 COMPONENT_PORT_OFFSETS = {"query": 0, "ingest": 1, "reach": 2, "audit": 3}
-# The Prometheus endpoints of the query and reach services, derived from the base so that
-# two systems on different bases never collide.
+# The Prometheus endpoint of every component, derived from the base so that two systems
+# on different bases never collide (docs/OPERATIONS.md, "Metrics").
 METRICS_PORT_OFFSET = 9
 REACH_METRICS_PORT_OFFSET = 8
+METRICS_PORT_OFFSETS = {
+    "query": METRICS_PORT_OFFSET,
+    "reach": REACH_METRICS_PORT_OFFSET,
+    "ingest": 7,
+    "audit": 6,
+    "bridge": 5,
+}
+# The flag that sets each one (`--metrics-port` is the query service's, as it always was).
+METRICS_PORT_FLAGS = {
+    "query": "metrics_port",
+    "reach": "reach_metrics_port",
+    "ingest": "ingest_metrics_port",
+    "audit": "audit_metrics_port",
+    "bridge": "bridge_metrics_port",
+}
 
 
 def _fail(message: str) -> None:
@@ -283,16 +299,7 @@ UP_TLS_FLAGS = {
 
 def cmd_up(args: argparse.Namespace) -> int:
     data_dir = Path(args.data_dir).resolve()
-    metrics_port = (
-        args.grpc_port_base + METRICS_PORT_OFFSET
-        if args.metrics_port is None
-        else args.metrics_port
-    )
-    reach_metrics_port = (
-        args.grpc_port_base + REACH_METRICS_PORT_OFFSET
-        if args.reach_metrics_port is None
-        else args.reach_metrics_port
-    )
+    metrics_ports = metrics_ports_of(args)
     ports = {name: args.grpc_port_base + offset for name, offset in COMPONENT_PORT_OFFSETS.items()}
     addr = {name: f"{args.host}:{port}" for name, port in ports.items()}
     env = dict(os.environ)
@@ -370,8 +377,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     try:
         for name in COMPONENT_PORT_OFFSETS:
             component_env = {**env, "REACHSTORE_LISTEN": addr[name]}
-            if name == "reach" and reach_metrics_port:
-                component_env["REACHSTORE_METRICS_LISTEN"] = f"{args.host}:{reach_metrics_port}"
+            if name not in ("query", "bridge") and metrics_ports[name]:
+                component_env["REACHSTORE_METRICS_LISTEN"] = f"{args.host}:{metrics_ports[name]}"
             if name == "ingest" and not env.get("REACHSTORE_WORKER_ID"):
                 component_env["REACHSTORE_WORKER_ID"] = up_ingest_name(data_dir)
             if name != "query":
@@ -379,14 +386,13 @@ def cmd_up(args: argparse.Namespace) -> int:
                 continue
             for i, (process, extra) in enumerate(query_processes):
                 one = {**component_env, **extra}
-                if i == 0 and metrics_port:  # the first serves every query process's sums
-                    one["REACHSTORE_METRICS_LISTEN"] = f"{args.host}:{metrics_port}"
+                if i == 0 and metrics_ports["query"]:  # the first serves every process's sums
+                    one["REACHSTORE_METRICS_LISTEN"] = f"{args.host}:{metrics_ports['query']}"
                 system.start(process, "services.query.main", one)
-        system.start(
-            "bridge",
-            "services.bridge.main",
-            {**env, "REACHSTORE_LISTEN": f"{args.host}:{args.http_port}"},
-        )
+        bridge_env = {**env, "REACHSTORE_LISTEN": f"{args.host}:{args.http_port}"}
+        if metrics_ports["bridge"]:
+            bridge_env["REACHSTORE_METRICS_LISTEN"] = f"{args.host}:{metrics_ports['bridge']}"
+        system.start("bridge", "services.bridge.main", bridge_env)
         deadline = time.monotonic() + READY_TIMEOUT_SECONDS
         for name in COMPONENT_PORT_OFFSETS:
             _wait_grpc_healthy(addr[name], system, deadline, settings.tls)
@@ -411,6 +417,16 @@ def cmd_up(args: argparse.Namespace) -> int:
     system.stop()
     _revoke(settings, shipper_key)
     return 0
+
+
+def metrics_ports_of(args: argparse.Namespace) -> dict[str, int]:
+    """Component -> its metrics port under `up` (0: off): the flag's value, else the base
+    plus the component's offset."""
+    ports = {}
+    for name, offset in METRICS_PORT_OFFSETS.items():
+        given = getattr(args, METRICS_PORT_FLAGS[name])
+        ports[name] = args.grpc_port_base + offset if given is None else given
+    return ports
 
 
 def _url_host(host: str) -> str:
@@ -499,6 +515,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="Prometheus metrics of the reach service (actions by state, latency, retries, "
         f"breakers); default: grpc-port-base + {REACH_METRICS_PORT_OFFSET}; 0 turns them off",
     )
+    for name, what in (
+        ("ingest", "the ingest service (RPCs, task queue)"),
+        ("audit", "the audit service (RPCs, checkpoint ages)"),
+        ("bridge", "the REST bridge (HTTP requests by route and status)"),
+    ):
+        up.add_argument(
+            f"--{name}-metrics-port",
+            type=int,
+            default=None,
+            help=f"Prometheus metrics of {what}; default: grpc-port-base + "
+            f"{METRICS_PORT_OFFSETS[name]}; 0 turns them off",
+        )
     up.add_argument(
         "--query-processes",
         type=int,

@@ -117,9 +117,11 @@ def serve_ages(
     address: str,
     allowed_hosts: Iterable[str] = (),
     tls: TlsFiles = PLAIN,
+    registry: CollectorRegistry | None = None,
 ) -> None:
-    """Exposes the ages in Prometheus text format at http://address/metrics, behind the
-    same host and TLS rules as every metrics port (``services/common/metrics_http.py``)."""
-    registry = CollectorRegistry()
+    """Exposes the ages (with whatever else ``registry`` holds) in Prometheus text format
+    at http://address/metrics, behind the same host and TLS rules as every metrics port
+    (``services/common/metrics_http.py``)."""
+    registry = registry or CollectorRegistry()
     registry.register(CheckpointAges(checkpointer))
     serve_metrics(address, registry, allowed_hosts, tls)

@@ -25,6 +25,8 @@ from services.audit.verify_settings import Verifier, cadence_from_env
 from services.audit.witness import Delivery, Witness, witnesses_from_env
 from services.common import logs, pii
 from services.common.config import Settings
+from services.common.metrics_registry import component_registries
+from services.common.rpc_metrics import RpcMetrics
 from services.common.runner import serve
 from services.storage.engine import init_schema, make_engine, make_sessions
 from services.storage.keys import authenticator_for
@@ -42,8 +44,15 @@ async def _run(settings: Settings, key: PrivateKey, witnesses: list[Witness]) ->
     store = AuditStore(sessions)
     checkpointer = Checkpointer(store, key, Delivery(witnesses, key))
     await asyncio.to_thread(checkpointer.start)
+    registries = component_registries()
     if settings.metrics_listen:
-        serve_ages(checkpointer, settings.metrics_listen, settings.http_allowed_hosts, settings.tls)
+        serve_ages(
+            checkpointer,
+            settings.metrics_listen,
+            settings.http_allowed_hosts,
+            settings.tls,
+            registries.served,
+        )
     verifier = Verifier(
         CheckpointKeys(key.public, legacy_key_from_env(os.environ)),
         witnesses,
@@ -71,6 +80,7 @@ async def _run(settings: Settings, key: PrivateKey, witnesses: list[Witness]) ->
         authenticator=authenticator_for(sessions, [SERVICE], settings.require_keys),
         limiter=fleet_limiter(settings.limits, sessions),
         tls=settings.tls,
+        metrics=RpcMetrics(registries.own),
     )
 
 

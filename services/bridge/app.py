@@ -32,18 +32,21 @@ from services.bridge.backends import DEFAULT_SERVICES, Backends, backend_address
 from services.bridge.console import PREFIX as CONSOLE_PREFIX
 from services.bridge.console import Console
 from services.bridge.error_responses import JsonResponse
+from services.bridge.http_metrics import HttpMetrics, HttpMetricsMiddleware, set_route
 from services.bridge.openapi import build_openapi
 from services.bridge.request_builder import build_request
 from services.bridge.routes import Route, RouteTable
 from services.bridge.web_guard import WebGuard, WebGuardMiddleware
 from services.common import errors
 from services.common.config import Settings
+from services.common.metrics_registry import component_registries
 
 log = logging.getLogger(__name__)
 
 DEFAULT_DEADLINE_S = 60.0
 DEFAULT_READINESS_TIMEOUT_S = 2.0
 OPENAPI_PATH = "/api/v1/openapi.json"
+CONSOLE_ROUTE = CONSOLE_PREFIX + "/{file}"
 
 Handler = Callable[[Request, str], Awaitable[Response]]
 
@@ -142,6 +145,7 @@ class Bridge:
         raw_path = _raw_path(request.scope)
         builtin = self._builtins.get(raw_path)
         if builtin is not None:
+            set_route(request.scope, raw_path)
             handler = builtin.get(request.method)
             if handler is None:
                 return _method_not_allowed(request.method, raw_path, sorted(builtin), request_id)
@@ -155,6 +159,7 @@ class Bridge:
                 f"no API route matches {raw_path}; see {OPENAPI_PATH}",
                 structured_data={"path": raw_path, "openapi": OPENAPI_PATH},
             )
+        set_route(request.scope, match.route.template)
         return await self._call(request, match.route, match.path_params, request_id)
 
     async def _call(
@@ -226,9 +231,13 @@ def create_app(
     deadline_s: float = DEFAULT_DEADLINE_S,
     readiness_timeout_s: float = DEFAULT_READINESS_TIMEOUT_S,
     max_body_bytes: int = http_body.MAX_BODY_BYTES,
+    http_metrics: HttpMetrics | None = None,
 ) -> Starlette:
     """The bridge app. ``channels`` (service full name -> channel) replace the channels the
-    app would open from ``settings``; the caller keeps ownership of them."""
+    app would open from ``settings``; the caller keeps ownership of them. Requests are
+    counted in ``http_metrics`` (a registry of the app's own without), which
+    ``app.state.http_metrics`` holds for the metrics port."""
+    http_metrics = http_metrics or HttpMetrics(component_registries().served)
     backends = Backends(backend_addresses(settings), channels, settings.tls)
     bridge = Bridge(
         RouteTable(services),
@@ -247,19 +256,28 @@ def create_app(
     # and 404 answers are ours, in the error shape, never Starlette's plain-text pages.
     # The operator console's static files; the page itself calls the API routes below.
     console = Console()
+
+    async def console_counted(scope: Scope, receive: Receive, send: Send) -> None:
+        set_route(scope, CONSOLE_ROUTE)  # one series for all of the console's files
+        await console(scope, receive, send)
+
     routes = [
-        StarletteRoute(CONSOLE_PREFIX, endpoint=console),
-        StarletteRoute(CONSOLE_PREFIX + "/{file:path}", endpoint=console),
+        StarletteRoute(CONSOLE_PREFIX, endpoint=console_counted),
+        StarletteRoute(CONSOLE_PREFIX + "/{file:path}", endpoint=console_counted),
         StarletteRoute("/{path:path}", endpoint=bridge),
     ]
     guard = WebGuard.of(settings.http_allowed_hosts, settings.http_allowed_origins, settings.listen)
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
-        middleware=[Middleware(WebGuardMiddleware, guard=guard)],
+        middleware=[
+            Middleware(HttpMetricsMiddleware, metrics=http_metrics),
+            Middleware(WebGuardMiddleware, guard=guard),
+        ],
     )
     # "{path:path}" does not match a path holding a newline (%0A); such paths still get
     # our 404 body rather than Starlette's plain-text one.
     app.router.default = bridge
     app.state.bridge = bridge
+    app.state.http_metrics = http_metrics
     return app

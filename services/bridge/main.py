@@ -22,6 +22,7 @@ from services.bridge.slow_clients import GuardedHttpProtocol, guarded_protocol
 from services.bridge.web_guard import listen_host
 from services.common import logs
 from services.common.config import ConfigError, Settings
+from services.common.metrics_http import serve_metrics
 
 log = logging.getLogger("services.bridge")
 
@@ -84,6 +85,13 @@ def uvicorn_config(
 
 async def serve(settings: Settings) -> None:
     app = create_app(settings)
+    if settings.metrics_listen:
+        serve_metrics(
+            settings.metrics_listen,
+            app.state.http_metrics.registry,
+            settings.http_allowed_hosts,
+            settings.tls,
+        )
     sock = bind_socket(settings.listen)
     server = uvicorn.Server(uvicorn_config(app, sock, settings))
     host, port = sock.getsockname()[:2]

@@ -13,6 +13,7 @@ import collections
 import dataclasses
 import functools
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Protocol
@@ -29,6 +30,7 @@ from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
 from services.common import database_errors, errors, identity, limits, nul_strings, wire
 from services.common.auth import Authenticator, Caller
 from services.common.limits import CallKind, RequestLimiter
+from services.common.rpc_metrics import NONE, RpcMetrics, category_name, partial_category
 from services.common.tls import PLAIN, TlsFiles
 
 log = logging.getLogger(__name__)
@@ -84,11 +86,13 @@ class CallAudit(Protocol):
 
 @dataclasses.dataclass(frozen=True)
 class Guards:
-    """What stands in front of every handler: authentication, call rates, the audit."""
+    """What stands in front of every handler: authentication, call rates, the audit, and
+    the per-call rate, error and duration counts."""
 
     authenticator: Authenticator | None = None
     limiter: RequestLimiter | None = None
     audit: CallAudit | None = None
+    metrics: RpcMetrics | None = None
 
 
 def _wrap_unary(
@@ -98,8 +102,12 @@ def _wrap_unary(
     metadata: Sequence[tuple[str, str | bytes]],
 ) -> Callable[..., Awaitable[Any]]:
     authenticator = guards.authenticator
+    metrics = guards.metrics
 
     async def handler(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        started = time.perf_counter()
+        # How the call ended, for the metrics: (gRPC status name, failure category).
+        outcome = ("UNKNOWN", NONE)
         token = None
         audited: AuditedCall | None = None
         undecodable = request if isinstance(request, _Undecodable) else None
@@ -119,11 +127,13 @@ def _wrap_unary(
                 raise undecodable.error
             nul_strings.check(request)
             result = await behavior(request, context)
+            outcome = ("OK", partial_category(result))
             if audited is not None:
                 await audited.end(grpc.StatusCode.OK)
             return result
         except errors.ReachstoreError as exc:
             log.info("rejected %s: %s %s", method, exc.code, exc.failure.message)
+            outcome = (exc.spec.grpc_status.name, category_name(exc.failure.category))
             if audited is not None:
                 category = pf_pb2.Category.Name(exc.failure.category)
                 await audited.end(
@@ -131,8 +141,12 @@ def _wrap_unary(
                 )
             await abort_with(context, exc)
         except grpc.aio.AbortError:
+            if outcome[0] == "UNKNOWN":  # a handler that aborted by itself
+                code = context.code()
+                outcome = (code.name if isinstance(code, grpc.StatusCode) else "UNKNOWN", NONE)
             raise
         except asyncio.CancelledError:
+            outcome = _abandoned(context)
             # The caller gave up (its deadline ran out, or it cancelled) while the call was
             # under way, perhaps after a change had reached the outside world: the trail
             # must still say how the call ended.
@@ -146,10 +160,12 @@ def _wrap_unary(
                     errors.DATABASE_UNAVAILABLE,
                     "the service could not reach its database; retry after the advised wait",
                 )
+                outcome = (error.spec.grpc_status.name, category_name(error.spec.category))
                 await _end_unrecorded(audited, error.spec.grpc_status, error.code)
                 await abort_with(context, error)
             request_id = uuid.uuid4().hex
             log.exception("internal error in %s (request_id=%s)", method, request_id)
+            outcome = ("INTERNAL", category_name(errors.INTERNAL.category))
             await _end_unrecorded(audited, grpc.StatusCode.INTERNAL, errors.INTERNAL.code)
             await abort_with(
                 context,
@@ -162,8 +178,18 @@ def _wrap_unary(
         finally:
             if token is not None:
                 identity.reset_caller(token)
+            if metrics is not None:
+                metrics.observe(method, outcome[0], outcome[1], time.perf_counter() - started)
 
     return handler
+
+
+def _abandoned(context: grpc.aio.ServicerContext) -> tuple[str, str]:
+    """A call its caller gave up on: its deadline ran out, or it cancelled."""
+    remaining = context.time_remaining()
+    if remaining is not None and remaining <= 0:
+        return grpc.StatusCode.DEADLINE_EXCEEDED.name, "timeout"
+    return grpc.StatusCode.CANCELLED.name, "transient"
 
 
 async def _end_unrecorded(audited: AuditedCall | None, status: grpc.StatusCode, code: str) -> None:
@@ -294,16 +320,19 @@ def create_server(
     audit: CallAudit | None = None,
     tls: TlsFiles = PLAIN,
     also_listen: Sequence[str] = (),
+    metrics: RpcMetrics | None = None,
 ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
     """Builds a server with our services, health and reflection, bound to ``address``.
 
     Returns the server (not started), the bound port (useful with ``host:0``) and the
     health servicer so the caller can flip serving states. With ``tls`` serving, the port
     speaks TLS only (and asks callers for a certificate when ``tls`` says so). The server
-    also listens on every ``also_listen`` address (same services, same credentials).
+    also listens on every ``also_listen`` address (same services, same credentials). With
+    ``metrics``, every call is counted there (``services/common/rpc_metrics.py``).
     """
     server = grpc.aio.server(
-        interceptors=[_CallGuard(Guards(authenticator, limiter, audit))], options=GRPC_OPTIONS
+        interceptors=[_CallGuard(Guards(authenticator, limiter, audit, metrics))],
+        options=GRPC_OPTIONS,
     )
     names = list(service_names)
     for register in registrars:

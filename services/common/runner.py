@@ -11,6 +11,7 @@ from typing import Any
 from services.common.auth import Authenticator
 from services.common.grpc_server import CallAudit, Registrar, create_server, mark_serving
 from services.common.limits import RequestLimiter
+from services.common.rpc_metrics import RpcMetrics
 from services.common.tls import PLAIN, TlsFiles
 
 log = logging.getLogger(__name__)
@@ -32,12 +33,21 @@ async def serve(
     background: Iterable[Callable[[], Coroutine[Any, Any, None]]] = (),
     tls: TlsFiles = PLAIN,
     also_listen: Sequence[str] = (),
+    metrics: RpcMetrics | None = None,
 ) -> None:
     """Serves until a stop signal, then stops gracefully: no new calls, ``before_stop``
     (background work winds down), ``on_stop``. ``background`` coroutines (the audit
     shipper) run while it serves and are cancelled when it stops."""
     server, port, health_servicer = create_server(
-        registrars, service_names, address, authenticator, limiter, audit, tls, also_listen
+        registrars,
+        service_names,
+        address,
+        authenticator,
+        limiter,
+        audit,
+        tls,
+        also_listen,
+        metrics,
     )
     await server.start()
     tasks = [asyncio.create_task(work()) for work in background]

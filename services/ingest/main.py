@@ -11,10 +11,14 @@ from services.admin.api.keys import KeyServicer
 from services.audit.wiring import auditing
 from services.common import logs
 from services.common.config import Settings
+from services.common.metrics_http import serve_metrics
+from services.common.metrics_registry import component_registries
+from services.common.rpc_metrics import RpcMetrics
 from services.common.runner import serve
 from services.embedding import default_embedder
 from services.embedding.forked import ForkedEmbedders, processes_wanted
 from services.ingest.api.servicer import IngestServicer
+from services.ingest.metrics import QueueGauges
 from services.ingest.worker import IngestWorker
 from services.storage.engine import init_schema, make_engine, make_sessions
 from services.storage.keys import KeyStore, authenticator_for
@@ -54,6 +58,12 @@ def main() -> None:
     thread.start()
     servicer = IngestServicer(store, tasks, embedder, worker.wake, settings.limits)
     keys = KeyServicer(KeyStore(sessions))
+    registries = component_registries()
+    registries.served.register(QueueGauges(tasks))
+    if settings.metrics_listen:
+        serve_metrics(
+            settings.metrics_listen, registries.served, settings.http_allowed_hosts, settings.tls
+        )
 
     def stop_worker() -> None:
         worker.stop()
@@ -77,6 +87,7 @@ def main() -> None:
             audit=auditor,
             background=shipping,
             tls=settings.tls,
+            metrics=RpcMetrics(registries.own),
         )
     )
 

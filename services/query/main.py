@@ -17,6 +17,7 @@ from services.audit.outbox_metrics import OutboxGauges  # noqa: E402
 from services.audit.wiring import auditing  # noqa: E402
 from services.common import logs  # noqa: E402
 from services.common.config import Settings  # noqa: E402
+from services.common.rpc_metrics import RpcMetrics  # noqa: E402
 from services.common.runner import serve  # noqa: E402
 from services.embedding import default_embedder  # noqa: E402
 from services.query.api.servicer import QueryServicer  # noqa: E402
@@ -112,6 +113,7 @@ async def _run(settings: Settings) -> None:
         background=shipping,
         tls=settings.tls,
         also_listen=settings.also_listen,
+        metrics=RpcMetrics(metrics.registries.own),
         authenticator=authenticator_for(
             make_sessions(engine),
             [query_service_pb2.DESCRIPTOR.services_by_name["QueryService"]],

@@ -3,33 +3,26 @@ query service counts coverage and failed namespaces by category itself."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Sequence
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client import Counter, Histogram
 
 from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
 from services.common.metrics_http import serve_metrics
+from services.common.metrics_registry import Registries, component_registries
 from services.common.tls import PLAIN, TlsFiles
-
-# Set (by `reachstore up`, services/cli.py) when several query processes serve one port:
-# prometheus_client then keeps every process's counts in files in that folder, and the
-# process that serves /metrics reports their sum.
-SHARED_DIR_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
 
 
 class QueryMetrics:
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        # ``registry`` is what /metrics serves (other collectors join it too). With a shared
-        # folder, this process's counters live in a registry of their own (their values
-        # are in the folder) and the served one reads the folder: all processes' sums.
-        self.registry = registry or CollectorRegistry()
-        shared = os.environ.get(SHARED_DIR_VARIABLE)
-        own = self.registry
-        if shared:
-            own = CollectorRegistry()
-            MultiProcessCollector(self.registry, path=shared)
+    def __init__(self, registries: Registries | None = None) -> None:
+        # ``registry`` is what /metrics serves (other collectors join it too). When several
+        # query processes share a port (set by `reachstore up`, services/cli.py), this
+        # process's counters live in a registry of their own and the served one reports
+        # every process's sums (services/common/metrics_registry.py).
+        registries = registries or component_registries()
+        self.registries = registries
+        self.registry = registries.served
+        own = registries.own
         self.queries = Counter(
             "reachstore_queries_total",
             "Queries answered (including partial answers).",

@@ -14,6 +14,8 @@ from reachstore.reach.v1 import reach_service_pb2, reach_service_pb2_grpc
 from services.audit.wiring import auditing
 from services.common import logs
 from services.common.config import Settings
+from services.common.metrics_registry import component_registries
+from services.common.rpc_metrics import RpcMetrics
 from services.common.runner import serve
 from services.reach.api.servicer import ReachServicer
 from services.reach.channels import build_channel
@@ -59,7 +61,8 @@ async def _run(
     def mask(text: str) -> str:
         return masker.bounded_answer(text, SNIPPET_CHARS)
 
-    metrics = ReachMetrics()
+    registries = component_registries()
+    metrics = ReachMetrics(registries.served)
     metrics.count_states_from(store.count_by_state)
     if settings.metrics_listen:
         metrics.serve(settings.metrics_listen, settings.http_allowed_hosts, settings.tls)
@@ -113,6 +116,7 @@ async def _run(
         audit=auditor,
         background=shipping,
         tls=settings.tls,
+        metrics=RpcMetrics(registries.own),
     )
 
 

@@ -32,6 +32,7 @@ from typing import Any, cast
 from sqlalchemy import (
     CursorResult,
     delete,
+    func,
     select,
     update,
 )
@@ -235,6 +236,26 @@ class TaskStore:
         with self._sessions.begin() as session:
             session.add(row)
         return _info(row)
+
+    def queue(self) -> tuple[dict[str, int], float]:
+        """Unfinished tasks of every tenant by state, and how long the oldest queued one
+        has waited (seconds, by the database's clock; 0 when none waits), for metrics."""
+        with self._sessions() as session:
+            counts = session.execute(
+                select(TaskRow.state, func.count())
+                .where(TaskRow.state.not_in(FINISHED))
+                .group_by(TaskRow.state)
+            ).all()
+            oldest = session.scalar(
+                select(func.min(TaskRow.created_at)).where(TaskRow.state == QUEUED)
+            )
+            now = db_clock(session)
+        waited = 0.0
+        if oldest is not None:
+            if oldest.tzinfo is None:  # SQLite hands back the stored UTC time without a zone
+                oldest = oldest.replace(tzinfo=dt.UTC)
+            waited = max(0.0, now - oldest.timestamp())
+        return {state: int(n) for state, n in counts}, waited
 
     def get(self, tenant: str, task_id: str) -> TaskInfo | None:
         with self._sessions() as session:

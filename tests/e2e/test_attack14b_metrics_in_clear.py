@@ -20,6 +20,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from services.cli import METRICS_PORT_OFFSETS
 from tests.e2e.system import RunningSystem
 from tests.e2e.tls_certs import CertSet, write_cert_set
 
@@ -69,7 +70,8 @@ def system(tmp_path_factory: pytest.TempPathFactory, certs: CertSet) -> Iterator
     assert running.stop() == 0, "".join(running.output[-40:])
 
 
-@pytest.mark.parametrize(("component", "offset"), [("query", 9), ("reach", 8)])
+# Every component's metrics port, the ingest, audit and bridge ones included.
+@pytest.mark.parametrize(("component", "offset"), sorted(METRICS_PORT_OFFSETS.items()))
 def test_no_metrics_port_answers_plain_text_from_the_network(
     system: RunningSystem, component: str, offset: int
 ) -> None:

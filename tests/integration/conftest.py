@@ -1,11 +1,13 @@
-"""Fixtures of the integration tests: ``store`` is the reach store on a fresh database of
-each engine (a test module with another kind of store defines its own ``store``)."""
+"""Fixtures of the integration tests: ``engine`` is a fresh database of each kind with the
+schema, ``store`` the reach store on one (a test module with another kind of store
+defines its own ``store``)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 import pytest
+from sqlalchemy import Engine
 
 from services.reach.store import ReachStore
 from services.storage.engine import init_schema, make_engine, make_sessions
@@ -17,3 +19,11 @@ def store(database_url: str) -> Iterator[ReachStore]:
     init_schema(engine)
     yield ReachStore(make_sessions(engine))
     engine.dispose()
+
+
+@pytest.fixture
+def engine(database_url: str) -> Iterator[Engine]:
+    made = make_engine(database_url)
+    init_schema(made)
+    yield made
+    made.dispose()

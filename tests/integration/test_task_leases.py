@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import Engine, text, update
@@ -17,14 +16,6 @@ from services.storage.models import TaskRow
 from services.storage.tasks import NewTask, TaskStore, db_now
 
 TENANT = "t"
-
-
-@pytest.fixture
-def engine(database_url: str) -> Iterator[Engine]:
-    made = make_engine(database_url)
-    init_schema(made)
-    yield made
-    made.dispose()
 
 
 def _store(engine: Engine, holder: str, lease_s: float = 30.0) -> TaskStore:

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from services.bridge.backends import DEFAULT_SERVICES
+from services.cli import METRICS_PORT_OFFSETS
 from services.cli_serve import COMPONENTS
 from services.common.config import ENVIRONMENT
 from services.common.limits import ENVIRONMENT as LIMIT_SETTINGS
@@ -82,7 +83,10 @@ def test_kubernetes_has_a_deployment_and_service_per_component_that_agree() -> N
         env = {e["name"]: e["value"] for e in container.get("env", [])}
         _check_settings(env, name)
         listen = _port(env["REACHSTORE_LISTEN"])
-        assert [p["containerPort"] for p in container["ports"]] == [listen]
+        # The service's own port first; the metrics port is checked below.
+        assert [p["containerPort"] for p in container["ports"] if p.get("name") != "metrics"] == [
+            listen
+        ]
         [service_port] = by_kind["Service"][name]["spec"]["ports"]
         assert service_port["port"] == service_port["targetPort"] == listen
         probe = container["readinessProbe"]
@@ -107,3 +111,40 @@ def test_kubernetes_has_a_deployment_and_service_per_component_that_agree() -> N
 def test_examples_mount_a_reach_config_that_exists(path: str) -> None:
     text = (ROOT / path).read_text()
     assert "REACHSTORE_REACH_CONFIG" in text and (ROOT / "examples" / "reach.toml").exists()
+
+
+def _metrics_port(component: str) -> int:
+    """The documented metrics port: `reachstore up`'s on its default base (50051)."""
+    return 50051 + METRICS_PORT_OFFSETS[component]
+
+
+def test_compose_serves_and_labels_every_components_metrics_port() -> None:
+    services = _compose()["services"]
+    for name in COMPONENTS:
+        service = services[name]
+        port = _metrics_port(name)
+        assert service["environment"].get("REACHSTORE_METRICS_LISTEN") == f"0.0.0.0:{port}", name
+        assert str(port) in service.get("expose", []), f"{name} does not expose {port}"
+        labels = service.get("labels", {})
+        assert labels.get("prometheus.io/scrape") == "true", name
+        assert labels.get("prometheus.io/port") == str(port), name
+        # Every component serves TLS, its metrics port too (services/common/metrics_http.py).
+        assert labels.get("prometheus.io/scheme") == "https", name
+
+
+def test_kubernetes_annotates_and_opens_every_components_metrics_port() -> None:
+    for doc in _kubernetes():
+        if doc["kind"] != "Deployment":
+            continue
+        name = doc["metadata"]["name"]
+        port = _metrics_port(name)
+        template = doc["spec"]["template"]
+        annotations = template["metadata"].get("annotations", {})
+        assert annotations.get("prometheus.io/scrape") == "true", name
+        assert annotations.get("prometheus.io/port") == str(port), name
+        assert annotations.get("prometheus.io/scheme") == "https", name
+        [container] = template["spec"]["containers"]
+        env = {e["name"]: e.get("value") for e in container.get("env", [])}
+        assert env.get("REACHSTORE_METRICS_LISTEN") == f"0.0.0.0:{port}", name
+        ports = {p["containerPort"]: p.get("name") for p in container["ports"]}
+        assert ports.get(port) == "metrics", f"{name}: {ports}"
