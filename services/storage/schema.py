@@ -1,0 +1,116 @@
+"""The schema's revision: bringing a database to the newest one, and checking it is there.
+
+Revisions live in ``services/storage/migrations/versions``. ``migrate_to_head`` is the only
+code that changes the schema; services only call ``check_at_head`` and refuse to start on
+anything else, so no two processes ever race to create or alter tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, Engine, inspect
+
+MIGRATIONS = Path(__file__).with_name("migrations")
+VERSION_TABLE = "alembic_version"
+# The key of the PostgreSQL advisory lock every `reachstore migrate` takes (any constant
+# that nothing else locks; these are the bytes of "rsmigrat").
+LOCK_KEY = 0x72736D6967726174
+# Tables every release made: one of them without a version table is a database made by a
+# release before migrations, adopted at the baseline rather than created again.
+LEGACY_MARKERS = ("namespaces", "audit_events", "reach_tasks", "api_keys")
+
+
+class SchemaNotAtHead(RuntimeError):
+    """The database's schema is not the one this code expects."""
+
+
+@dataclass(frozen=True)
+class Migrated:
+    before: str | None  # None: an empty database
+    after: str
+    adopted: bool  # made by a release before migrations, stamped at the baseline
+
+
+def _config(connection: Connection | None = None) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    config.attributes["connection"] = connection
+    return config
+
+
+def head_revision() -> str:
+    head = ScriptDirectory.from_config(_config()).get_current_head()
+    if head is None:
+        raise RuntimeError("services/storage/migrations/versions holds no revision")
+    return head
+
+
+def current_revision(connection: Connection) -> str | None:
+    return MigrationContext.configure(connection).get_current_revision()
+
+
+@contextmanager
+def _migration_lock(connection: Connection) -> Iterator[None]:
+    """Holds off every other migrating process until this one has committed.
+
+    PostgreSQL: a session advisory lock, so the second process waits, then finds the schema
+    at head and does nothing. SQLite: ``BEGIN IMMEDIATE`` takes the file's write lock before
+    the revision is read (busy_timeout makes the others wait for it)."""
+    if connection.dialect.name == "postgresql":
+        connection.exec_driver_sql(f"SELECT pg_advisory_lock({LOCK_KEY})")
+        connection.commit()
+        try:
+            yield
+        finally:
+            connection.rollback()
+            connection.exec_driver_sql(f"SELECT pg_advisory_unlock({LOCK_KEY})")
+            connection.commit()
+        return
+    connection.exec_driver_sql("BEGIN IMMEDIATE")
+    yield
+
+
+def migrate_to_head(engine: Engine) -> Migrated:
+    """Upgrades the database to the newest revision in one transaction, under the lock."""
+    with engine.connect() as connection, _migration_lock(connection):
+        before = current_revision(connection)
+        adopted = False
+        if before is None and _made_before_migrations(connection):
+            script = ScriptDirectory.from_config(_config())
+            baseline = script.get_base()
+            assert baseline is not None
+            script.get_revision(baseline).module.adopt(connection)
+            command.stamp(_config(connection), baseline)
+            adopted = True
+        command.upgrade(_config(connection), "head")
+        after = current_revision(connection)
+        connection.commit()
+    assert after is not None
+    return Migrated(before=before, after=after, adopted=adopted)
+
+
+def _made_before_migrations(connection: Connection) -> bool:
+    tables = set(inspect(connection).get_table_names())
+    return VERSION_TABLE not in tables and bool(tables & set(LEGACY_MARKERS))
+
+
+def check_at_head(engine: Engine) -> None:
+    """Raises ``SchemaNotAtHead``, saying what to run, unless the schema is the newest."""
+    head = head_revision()
+    with engine.connect() as connection:
+        found = current_revision(connection)
+    if found == head:
+        return
+    where = "has no reachstore schema" if found is None else f"is at revision {found}"
+    raise SchemaNotAtHead(
+        f"the database {where}; this reachstore needs revision {head}. "
+        "Run `reachstore migrate` (with the same REACHSTORE_DATABASE_URL) first."
+    )
