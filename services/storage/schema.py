@@ -7,8 +7,10 @@ anything else, so no two processes ever race to create or alter tables.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +28,10 @@ LOCK_KEY = 0x72736D6967726174
 # Tables every release made: one of them without a version table is a database made by a
 # release before migrations, adopted at the baseline rather than created again.
 LEGACY_MARKERS = ("namespaces", "audit_events", "reach_tasks", "api_keys")
+
+# Alembic says at info level which dialect it found on every look at the revision: noise in
+# each service's start-up log.
+logging.getLogger("alembic.runtime.migration").setLevel(logging.WARNING)
 
 
 class SchemaNotAtHead(RuntimeError):
@@ -104,13 +110,48 @@ def _made_before_migrations(connection: Connection) -> bool:
 
 def check_at_head(engine: Engine) -> None:
     """Raises ``SchemaNotAtHead``, saying what to run, unless the schema is the newest."""
+    script = ScriptDirectory.from_config(_config())
     head = head_revision()
     with engine.connect() as connection:
         found = current_revision(connection)
     if found == head:
         return
+    if found is not None and found not in {r.revision for r in script.walk_revisions()}:
+        raise SchemaNotAtHead(
+            f"the database is at revision {found}, which this reachstore does not know "
+            f"(its newest is {head}): it was migrated by a newer release; run that release"
+        )
     where = "has no reachstore schema" if found is None else f"is at revision {found}"
     raise SchemaNotAtHead(
         f"the database {where}; this reachstore needs revision {head}. "
         "Run `reachstore migrate` (with the same REACHSTORE_DATABASE_URL) first."
     )
+
+
+def new_revision(engine: Engine, message: str) -> str:
+    """Writes the next revision, generated from what the models declare beyond the
+    database's schema (which must be at head); returns its file's path."""
+    check_at_head(engine)
+    number = f"{int(head_revision()) + 1:04d}"
+    with engine.connect() as connection:
+        script = command.revision(
+            _config(connection), message=message, autogenerate=True, rev_id=number
+        )
+    assert script is not None and not isinstance(script, list)
+    return str(script.path)
+
+
+def refuse_unless_at_head(database_url: str, component: str) -> None:
+    """A service's first step: exits (status 2, one line on stderr, no traceback) when the
+    schema is not at head, instead of serving on tables it does not expect. The engine is
+    closed again before the caller forks or opens its own."""
+    from services.storage.engine import make_engine  # engine imports every model module
+
+    engine = make_engine(database_url)
+    try:
+        check_at_head(engine)
+    except SchemaNotAtHead as exc:
+        print(f"reachstore {component}: refusing to start: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
+    finally:
+        engine.dispose()

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from alembic import context
 
-from services.storage.engine import Base  # noqa: F401 - the tables of every model module
+from services.storage import audit_models, reach_models  # noqa: F401 - registers their tables
+from services.storage.models import Base
 
 config = context.config
 connection = config.attributes.get("connection")
