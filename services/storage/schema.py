@@ -7,10 +7,10 @@ anything else, so no two processes ever race to create or alter tables.
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,9 +25,6 @@ VERSION_TABLE = "alembic_version"
 # The key of the PostgreSQL advisory lock every `reachstore migrate` takes (any constant
 # that nothing else locks; these are the bytes of "rsmigrat").
 LOCK_KEY = 0x72736D6967726174
-# Tables every release made: one of them without a version table is a database made by a
-# release before migrations, adopted at the baseline rather than created again.
-LEGACY_MARKERS = ("namespaces", "audit_events", "reach_tasks", "api_keys")
 
 # Alembic says at info level which dialect it found on every look at the revision: noise in
 # each service's start-up log.
@@ -89,13 +86,13 @@ def migrate_to_head(engine: Engine) -> Migrated:
     with engine.connect() as connection, _migration_lock(connection):
         before = current_revision(connection)
         adopted = False
-        if before is None and _made_before_migrations(connection):
+        if before is None:
             script = ScriptDirectory.from_config(_config())
-            baseline = script.get_base()
-            assert baseline is not None
-            script.get_revision(baseline).module.adopt(connection)
-            command.stamp(_config(connection), baseline)
-            adopted = True
+            baseline = script.get_revision(script.get_base())
+            if _made_before_migrations(connection, set(baseline.module.BASELINE.tables)):
+                baseline.module.adopt(connection)
+                command.stamp(_config(connection), baseline.revision)
+                adopted = True
         command.upgrade(_config(connection), "head")
         after = current_revision(connection)
         connection.commit()
@@ -103,9 +100,11 @@ def migrate_to_head(engine: Engine) -> Migrated:
     return Migrated(before=before, after=after, adopted=adopted)
 
 
-def _made_before_migrations(connection: Connection) -> bool:
+def _made_before_migrations(connection: Connection, baseline_tables: set[str]) -> bool:
+    """Any of the baseline's tables without a version table: a database made by a release
+    before migrations, adopted at the baseline rather than created again."""
     tables = set(inspect(connection).get_table_names())
-    return VERSION_TABLE not in tables and bool(tables & set(LEGACY_MARKERS))
+    return VERSION_TABLE not in tables and bool(tables & baseline_tables)
 
 
 def check_at_head(engine: Engine) -> None:

@@ -8,12 +8,13 @@ from collections.abc import Iterator
 import pytest
 
 from services.reach.store import ReachStore
-from services.storage.engine import init_schema, make_engine, make_sessions
+from services.storage.engine import make_engine, make_sessions
+from services.storage.schema import migrate_to_head
 
 
 @pytest.fixture
 def store(database_url: str) -> Iterator[ReachStore]:
     engine = make_engine(database_url)
-    init_schema(engine)
+    migrate_to_head(engine)
     yield ReachStore(make_sessions(engine))
     engine.dispose()

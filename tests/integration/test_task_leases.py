@@ -12,8 +12,9 @@ import pytest
 from sqlalchemy import Engine, text, update
 
 from services.storage import tasks as states
-from services.storage.engine import init_schema, make_engine, make_sessions
+from services.storage.engine import make_engine, make_sessions
 from services.storage.models import TaskRow
+from services.storage.schema import migrate_to_head
 from services.storage.tasks import NewTask, TaskStore, db_now
 
 TENANT = "t"
@@ -22,7 +23,7 @@ TENANT = "t"
 @pytest.fixture
 def engine(database_url: str) -> Iterator[Engine]:
     made = make_engine(database_url)
-    init_schema(made)
+    migrate_to_head(made)
     yield made
     made.dispose()
 
@@ -239,8 +240,8 @@ def test_the_lease_columns_are_added_to_an_older_task_table_in_place(database_ur
                     "'2026-01-01 00:00:00', '2026-01-01 00:00:00')"
                 )
             )
-        init_schema(engine)
-        init_schema(engine)  # idempotent
+        migrate_to_head(engine)
+        migrate_to_head(engine)  # a second run finds the schema at head
         row = _row(engine, "old1")
         assert (row.lease_owner, row.lease_until) == ("", None)
         [claimed] = _store(engine, "ingest-a").claim(1)
