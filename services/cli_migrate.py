@@ -15,6 +15,7 @@ from pathlib import Path
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from services.cli_serve import read_env_file
 from services.common.config import ConfigError, Settings
 from services.storage.engine import make_engine
 from services.storage.schema import Migrated, migrate_to_head, new_revision
@@ -24,8 +25,14 @@ def _fail(message: str) -> None:
     print(f"reachstore: {message}", file=sys.stderr, flush=True)
 
 
-def database_url(data_dir: str, given: str | None) -> str:
-    env = {**os.environ, "REACHSTORE_DATA_DIR": str(Path(data_dir).resolve())}
+def database_url(data_dir: str | None, given: str | None, env_file: str | None = None) -> str:
+    """The database the services would use: --database-url, else the environment (an env
+    file's values below the environment's, as for `reachstore serve`), else the data folder."""
+    env = {**os.environ}
+    if env_file:
+        env = {**read_env_file(Path(env_file)), **env}
+    if data_dir:
+        env["REACHSTORE_DATA_DIR"] = str(Path(data_dir).resolve())
     if given:
         env["REACHSTORE_DATABASE_URL"] = given
     return Settings.from_env(env).database_url
@@ -42,7 +49,7 @@ def describe(result: Migrated) -> str:
 
 def cmd_migrate(args: argparse.Namespace) -> int:
     try:
-        url = database_url(args.data_dir, args.database_url)
+        url = database_url(args.data_dir, args.database_url, args.env_file)
     except ConfigError as exc:
         _fail(f"bad setting: {exc}")
         return 2
@@ -68,12 +75,21 @@ def add_migrate_parser(commands: argparse._SubParsersAction) -> None:
     migrate = commands.add_parser(
         "migrate", help="bring the database's schema to the newest revision"
     )
-    migrate.add_argument("--data-dir", default="./data", help="the data folder `up` uses")
+    migrate.add_argument(
+        "--data-dir",
+        default=None,
+        help="the data folder `up` uses; default: REACHSTORE_DATA_DIR, or ./data",
+    )
     migrate.add_argument(
         "--database-url",
         default=None,
         help="the database to migrate; default: REACHSTORE_DATABASE_URL, or SQLite in the "
         "data folder",
+    )
+    migrate.add_argument(
+        "--env-file",
+        default=None,
+        help="KEY=VALUE settings, as `reachstore serve` reads them (the environment wins)",
     )
     migrate.add_argument(
         "--new-revision",
