@@ -31,6 +31,30 @@ LOCK_KEY = 0x72736D6967726174
 logging.getLogger("alembic.runtime.migration").setLevel(logging.WARNING)
 
 
+def _unquoted(default: str) -> str:
+    return default.strip().strip("()").strip("'")
+
+
+def server_default_differs(
+    _context: object,
+    _inspected_column: object,
+    _metadata_column: object,
+    inspected: str | None,
+    _metadata_default: object,
+    rendered: str | None,
+) -> bool | None:
+    """Alembic's comparison of server defaults, except that SQLite's reflected ``('')``
+    equals the models' ``''`` (None: Alembic's own comparison decides)."""
+    if inspected is not None and rendered is not None:
+        return None if _unquoted(inspected) != _unquoted(rendered) else False
+    return None
+
+
+# What autogenerate compares: the same options for `migrate --new-revision` and the test
+# that a database at head matches the models.
+COMPARE = {"compare_type": True, "compare_server_default": server_default_differs}
+
+
 class SchemaNotAtHead(RuntimeError):
     """The database's schema is not the one this code expects."""
 

@@ -7,6 +7,7 @@ from alembic import context
 
 from services.storage import audit_models, reach_models  # noqa: F401 - registers their tables
 from services.storage.models import Base
+from services.storage.schema import COMPARE
 
 config = context.config
 connection = config.attributes.get("connection")
@@ -18,8 +19,7 @@ context.configure(
     target_metadata=Base.metadata,
     # SQLite alters most things by copying the table: batch mode does that for a revision.
     render_as_batch=connection.dialect.name == "sqlite",
-    compare_type=True,
-    compare_server_default=True,
+    **COMPARE,
     transactional_ddl=True,
 )
 context.run_migrations()

@@ -21,6 +21,8 @@ down_revision = None
 branch_labels = None
 depends_on = None
 
+# Constraints are listed in the order create_all wrote them, so that a new database and an
+# adopted one have the same CREATE TABLE text.
 BASELINE = sa.MetaData()
 
 sa.Table(
@@ -91,8 +93,8 @@ sa.Table(
     sa.Column("prev_hash", sa.String(length=64), nullable=False),
     sa.Column("hash", sa.String(length=64), nullable=False),
     sa.PrimaryKeyConstraint("id"),
-    sa.UniqueConstraint("event_id", name="uq_audit_events_event_id"),
     sa.UniqueConstraint("tenant", "seq", name="uq_audit_events_seq"),
+    sa.UniqueConstraint("event_id", name="uq_audit_events_event_id"),
     sqlite_autoincrement=True,
 )
 sa.Index(
@@ -263,9 +265,9 @@ sa.Table(
     sa.Column("text_bytes", sa.BigInteger(), nullable=False),
     sa.Column("chunk_count", sa.Integer(), nullable=False),
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
-    sa.ForeignKeyConstraint(["namespace_id"], ["namespaces.id"], ondelete="CASCADE"),
     sa.PrimaryKeyConstraint("id"),
     sa.UniqueConstraint("namespace_id", "document_id", name="uq_documents_namespace_doc"),
+    sa.ForeignKeyConstraint(["namespace_id"], ["namespaces.id"], ondelete="CASCADE"),
     sqlite_autoincrement=True,
 )
 sa.Table(
@@ -323,9 +325,9 @@ sa.Table(
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
-    sa.ForeignKeyConstraint(["task_id"], ["reach_tasks.task_id"], ondelete="CASCADE"),
     sa.PrimaryKeyConstraint("action_id"),
     sa.UniqueConstraint("tenant", "idem_key", name="uq_reach_actions_idem_key"),
+    sa.ForeignKeyConstraint(["task_id"], ["reach_tasks.task_id"], ondelete="CASCADE"),
 )
 sa.Index(
     "ix_reach_actions_due",
@@ -356,9 +358,9 @@ sa.Table(
     sa.Column("text", sa.Text(), nullable=False),
     sa.Column("content_hash", sa.String(length=64), nullable=False),
     sa.Column("embedding", sa.LargeBinary(), nullable=False),
-    sa.ForeignKeyConstraint(["document_row_id"], ["documents.id"], ondelete="CASCADE"),
-    sa.ForeignKeyConstraint(["namespace_id"], ["namespaces.id"], ondelete="CASCADE"),
     sa.PrimaryKeyConstraint("id"),
+    sa.ForeignKeyConstraint(["namespace_id"], ["namespaces.id"], ondelete="CASCADE"),
+    sa.ForeignKeyConstraint(["document_row_id"], ["documents.id"], ondelete="CASCADE"),
     sqlite_autoincrement=True,
 )
 sa.Index(
