@@ -17,7 +17,7 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
+from alembic.script import Script, ScriptDirectory
 from sqlalchemy import Connection, Engine, inspect
 
 MIGRATIONS = Path(__file__).with_name("migrations")
@@ -111,8 +111,7 @@ def migrate_to_head(engine: Engine) -> Migrated:
         before = current_revision(connection)
         adopted = False
         if before is None:
-            script = ScriptDirectory.from_config(_config())
-            baseline = script.get_revision(script.get_base())
+            baseline = _baseline(ScriptDirectory.from_config(_config()))
             if _made_before_migrations(connection, set(baseline.module.BASELINE.tables)):
                 baseline.module.adopt(connection)
                 command.stamp(_config(connection), baseline.revision)
@@ -124,7 +123,13 @@ def migrate_to_head(engine: Engine) -> Migrated:
     return Migrated(before=before, after=after, adopted=adopted)
 
 
-def _made_before_migrations(connection: Connection, baseline_tables: set[str]) -> bool:
+def _baseline(script: ScriptDirectory) -> Script:
+    found = script.get_revision(script.get_base())
+    assert found is not None
+    return found
+
+
+def _made_before_migrations(connection: Connection | Engine, baseline_tables: set[str]) -> bool:
     """Any of the baseline's tables without a version table: a database made by a release
     before migrations, adopted at the baseline rather than created again."""
     tables = set(inspect(connection).get_table_names())
@@ -144,7 +149,12 @@ def check_at_head(engine: Engine) -> None:
             f"the database is at revision {found}, which this reachstore does not know "
             f"(its newest is {head}): it was migrated by a newer release; run that release"
         )
-    where = "has no reachstore schema" if found is None else f"is at revision {found}"
+    if found is not None:
+        where = f"is at revision {found}"
+    elif _made_before_migrations(engine, set(_baseline(script).module.BASELINE.tables)):
+        where = "was made by a release before migrations"
+    else:
+        where = "has no reachstore schema"
     raise SchemaNotAtHead(
         f"the database {where}; this reachstore needs revision {head}. "
         "Run `reachstore migrate` (with the same REACHSTORE_DATABASE_URL) first."

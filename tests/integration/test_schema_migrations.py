@@ -3,10 +3,12 @@ back from the database's own catalogue, services refusing a schema not at head."
 
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlparse
@@ -19,7 +21,7 @@ from sqlalchemy import Column, Integer, MetaData, exc, text
 
 from services.storage.engine import make_engine
 from services.storage.models import Base
-from services.storage.schema import COMPARE, head_revision, migrate_to_head
+from services.storage.schema import COMPARE, LOCK_KEY, head_revision, migrate_to_head
 from tests.conftest import PG_ADMIN_URL
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -154,3 +156,123 @@ def test_a_database_at_head_is_what_the_models_declare(database_url: str) -> Non
             assert difference[0] == "add_column" and difference[3].name == "added"
     finally:
         engine.dispose()
+
+
+def _migrations_at_once(url: str, count: int) -> list[subprocess.Popen[str]]:
+    command = [sys.executable, "-m", "services.cli", "migrate", "--database-url", url]
+    return [
+        subprocess.Popen(
+            command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(count)
+    ]
+
+
+def _outcomes(processes: list[subprocess.Popen[str]]) -> list[str]:
+    outcomes = []
+    for process in processes:
+        out, err = process.communicate(timeout=120)
+        assert process.returncode == 0, err
+        assert "Traceback" not in err
+        outcomes.append(out.strip())
+    return outcomes
+
+
+def _check_once_at_head(url: str, outcomes: list[str]) -> None:
+    head = head_revision()
+    assert sorted(outcomes) == [f"schema already at revision {head}"] * (len(outcomes) - 1) + [
+        f"schema migrated: empty database -> revision {head}"
+    ]
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).all() == [(head,)]
+            assert (
+                compare_metadata(MigrationContext.configure(conn, opts=COMPARE), Base.metadata)
+                == []
+            )
+    finally:
+        engine.dispose()
+
+
+def test_migrations_started_at_once_on_postgresql_take_turns(pg_database: str) -> None:
+    """Six `reachstore migrate` processes on one fresh database, released together: the
+    test holds the migration lock until every one of them waits for it."""
+    count = 6
+    with psycopg.connect(_libpq(pg_database), autocommit=True) as gate:
+        gate.execute("SELECT pg_advisory_lock(%s)", (LOCK_KEY,))
+        processes = _migrations_at_once(pg_database, count)
+        deadline = time.monotonic() + 60
+        while True:
+            [(waiting,)] = gate.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+                "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            ).fetchall()
+            if waiting == count:
+                break
+            assert time.monotonic() < deadline, f"only {waiting} of {count} wait for the lock"
+            assert all(p.poll() is None for p in processes), "a migration did not wait"
+            time.sleep(0.1)
+        gate.execute("SELECT pg_advisory_unlock(%s)", (LOCK_KEY,))
+    _check_once_at_head(pg_database, _outcomes(processes))
+
+
+def test_migrations_started_at_once_on_sqlite_take_turns(tmp_path: Path) -> None:
+    """Six processes on one fresh SQLite file, held behind the test's own write
+    transaction until they have all started."""
+    path = tmp_path / "reachstore.db"
+    url = f"sqlite:///{path}"
+    gate = sqlite3.connect(path, isolation_level=None)
+    gate.execute("PRAGMA journal_mode=WAL")
+    gate.execute("BEGIN IMMEDIATE")
+    processes = _migrations_at_once(url, 6)
+    time.sleep(4)  # their start-up; each then waits for the write lock
+    assert all(p.poll() is None for p in processes), "a migration did not wait"
+    gate.execute("COMMIT")
+    gate.close()
+    _check_once_at_head(url, _outcomes(processes))
+
+
+def _start(component: str, data_dir: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REACHSTORE_")}
+    env["REACHSTORE_DATA_DIR"] = str(data_dir)
+    return subprocess.run(
+        [sys.executable, "-m", f"services.{component}.main"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize("component", COMPONENTS)
+def test_a_service_refuses_an_empty_database(component: str, tmp_path: Path) -> None:
+    started = _start(component, tmp_path)
+    assert started.returncode == 2, started.stderr
+    assert "Traceback" not in started.stderr
+    assert f"reachstore {component}: refusing to start: the database has no reachstore " in (
+        started.stderr
+    )
+    assert "Run `reachstore migrate`" in started.stderr
+
+
+@pytest.mark.parametrize("component", ["ingest", "audit"])
+def test_a_service_refuses_a_previous_release_database(component: str, tmp_path: Path) -> None:
+    _load_previous_release(f"sqlite:///{tmp_path / 'reachstore.db'}")
+    started = _start(component, tmp_path)
+    assert started.returncode == 2, started.stderr
+    assert "Traceback" not in started.stderr
+    assert "was made by a release before migrations" in started.stderr
+    assert "Run `reachstore migrate`" in started.stderr
+
+
+def test_a_service_refuses_a_database_a_newer_release_migrated(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'reachstore.db'}"
+    assert _migrate(url).returncode == 0
+    with sqlite3.connect(tmp_path / "reachstore.db") as conn:
+        conn.execute("UPDATE alembic_version SET version_num = '9999'")
+    started = _start("query", tmp_path)
+    assert started.returncode == 2, started.stderr
+    assert "Traceback" not in started.stderr
+    assert "revision 9999, which this reachstore does not know" in started.stderr
