@@ -35,7 +35,10 @@ def database_url(data_dir: str | None, given: str | None, env_file: str | None =
         env["REACHSTORE_DATA_DIR"] = str(Path(data_dir).resolve())
     if given:
         env["REACHSTORE_DATABASE_URL"] = given
-    return Settings.from_env(env).database_url
+    # Only the two settings that name the database: a migration needs no TLS files, ports
+    # or keys, so an init container need not mount them.
+    wanted = ("REACHSTORE_DATABASE_URL", "REACHSTORE_DATA_DIR")
+    return Settings.from_env({k: env[k] for k in wanted if k in env}).database_url
 
 
 def describe(result: Migrated) -> str:
