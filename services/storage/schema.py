@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from alembic import command
 from alembic.config import Config
@@ -50,9 +51,9 @@ def server_default_differs(
     return None
 
 
-# What autogenerate compares: the same options for `migrate --new-revision` and the test
-# that a database at head matches the models.
-COMPARE = {"compare_type": True, "compare_server_default": server_default_differs}
+# What autogenerate compares (env.py passes the same) for the test that a database at head
+# matches the models.
+COMPARE: dict[str, Any] = {"compare_type": True, "compare_server_default": server_default_differs}
 
 
 class SchemaNotAtHead(RuntimeError):
@@ -124,8 +125,10 @@ def migrate_to_head(engine: Engine) -> Migrated:
 
 
 def _baseline(script: ScriptDirectory) -> Script:
-    found = script.get_revision(script.get_base())
-    assert found is not None
+    base = script.get_base()
+    found = script.get_revision(base) if base else None
+    if found is None:
+        raise RuntimeError("services/storage/migrations/versions holds no baseline revision")
     return found
 
 

@@ -7,7 +7,7 @@ from alembic import context
 
 from services.storage import audit_models, reach_models  # noqa: F401 - registers their tables
 from services.storage.models import Base
-from services.storage.schema import COMPARE
+from services.storage.schema import server_default_differs
 
 config = context.config
 connection = config.attributes.get("connection")
@@ -19,7 +19,8 @@ context.configure(
     target_metadata=Base.metadata,
     # SQLite alters most things by copying the table: batch mode does that for a revision.
     render_as_batch=connection.dialect.name == "sqlite",
-    **COMPARE,
+    compare_type=True,
+    compare_server_default=server_default_differs,
     transactional_ddl=True,
 )
 context.run_migrations()
