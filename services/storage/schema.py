@@ -111,8 +111,11 @@ def migrate_to_head(engine: Engine) -> Migrated:
     with engine.connect() as connection, _migration_lock(connection):
         before = current_revision(connection)
         adopted = False
+        script = ScriptDirectory.from_config(_config())
+        if before is not None and not _known(script, before):
+            raise SchemaNotAtHead(_newer(before))
         if before is None:
-            baseline = _baseline(ScriptDirectory.from_config(_config()))
+            baseline = _baseline(script)
             if _made_before_migrations(connection, set(baseline.module.BASELINE.tables)):
                 baseline.module.adopt(connection)
                 command.stamp(_config(connection), baseline.revision)
@@ -122,6 +125,17 @@ def migrate_to_head(engine: Engine) -> Migrated:
         connection.commit()
     assert after is not None
     return Migrated(before=before, after=after, adopted=adopted)
+
+
+def _known(script: ScriptDirectory, revision: str) -> bool:
+    return revision in {r.revision for r in script.walk_revisions()}
+
+
+def _newer(revision: str) -> str:
+    return (
+        f"the database is at revision {revision}, which this reachstore does not know (its "
+        f"newest is {head_revision()}): a newer release migrated it; run that release"
+    )
 
 
 def _baseline(script: ScriptDirectory) -> Script:
@@ -147,11 +161,8 @@ def check_at_head(engine: Engine) -> None:
         found = current_revision(connection)
     if found == head:
         return
-    if found is not None and found not in {r.revision for r in script.walk_revisions()}:
-        raise SchemaNotAtHead(
-            f"the database is at revision {found}, which this reachstore does not know "
-            f"(its newest is {head}): it was migrated by a newer release; run that release"
-        )
+    if found is not None and not _known(script, found):
+        raise SchemaNotAtHead(_newer(found))
     if found is not None:
         where = f"is at revision {found}"
     elif _made_before_migrations(engine, set(_baseline(script).module.BASELINE.tables)):

@@ -276,3 +276,23 @@ def test_a_service_refuses_a_database_a_newer_release_migrated(tmp_path: Path) -
     assert started.returncode == 2, started.stderr
     assert "Traceback" not in started.stderr
     assert "revision 9999, which this reachstore does not know" in started.stderr
+
+
+def test_migrate_and_keys_refuse_a_database_a_newer_release_migrated(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'reachstore.db'}"
+    assert _migrate(url).returncode == 0
+    with sqlite3.connect(tmp_path / "reachstore.db") as conn:
+        conn.execute("UPDATE alembic_version SET version_num = '9999'")
+    for command in (
+        ["migrate", "--database-url", url],
+        ["keys", "list", "--data-dir", str(tmp_path)],
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "services.cli", *command],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+        assert "revision 9999, which this reachstore does not know" in done.stderr
