@@ -42,9 +42,10 @@ from _stats import latency_stats, timed_samples
 from services.embedding import UsemEmbedder
 from services.query.index import CancelToken
 from services.query.indexes import IndexManager, Slot
-from services.storage.engine import init_schema, make_engine, make_sessions
+from services.storage.engine import make_engine, make_sessions
 from services.storage.records import ChunkData
 from services.storage.repository import SemanticStore
+from services.storage.schema import migrate_to_head
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "bench" / "corpus-10k.jsonl"
 QUERIES = Path(__file__).resolve().parents[2] / "shared" / "bench" / "queries-10k.jsonl"
@@ -74,7 +75,7 @@ class Replica:
 
     def __init__(self, url: str, embedder: UsemEmbedder, folder: Path) -> None:
         engine = make_engine(url)
-        init_schema(engine)
+        migrate_to_head(engine)
         self.store = SemanticStore(make_sessions(engine))
         self.embedder = embedder
         self.info = self.store.create_namespace(

@@ -43,7 +43,8 @@ from services.audit.chain import GENESIS, HASHED_FIELDS, event_hash  # noqa: E40
 from services.audit.parallel_walk import MIN_EVENTS_SETTING  # noqa: E402
 from services.audit.signing import CheckpointKeys, PrivateKey  # noqa: E402
 from services.audit.store import AuditStore  # noqa: E402
-from services.storage.engine import init_schema, make_engine, make_sessions  # noqa: E402
+from services.storage.engine import make_engine, make_sessions  # noqa: E402
+from services.storage.schema import migrate_to_head  # noqa: E402
 
 TENANT = "bench"
 COLUMNS = (*HASHED_FIELDS, "seq", "hash")
@@ -81,7 +82,7 @@ def _events(count: int) -> Iterator[dict[str, object]]:
 
 def fill(url: str, count: int, key: PrivateKey) -> None:
     engine = make_engine(url)
-    init_schema(engine)
+    migrate_to_head(engine)
     engine.dispose()
     libpq = url.replace("postgresql+psycopg://", "postgresql://")
     with psycopg.connect(libpq) as conn:

@@ -39,6 +39,7 @@ from services.cli_audit import add_audit_parser
 from services.cli_client import add_client_parsers
 from services.cli_client.exit_codes import TOP_LEVEL_HELP as EXIT_CODES_HELP
 from services.cli_keys import add_keys_parser
+from services.cli_migrate import add_migrate_parser, describe
 from services.cli_serve import add_serve_parser
 from services.common.auth import LOCAL_TENANT, SERVICE_TENANT
 from services.common.config import INSECURE, ConfigError, Settings
@@ -60,8 +61,9 @@ from services.common.tls import (
 from services.reach.config import load_config
 from services.reach.idempotency import previous_secrets
 from services.reach.main import build_channels
-from services.storage.engine import init_schema, make_engine, make_sessions
+from services.storage.engine import make_engine, make_sessions
 from services.storage.keys import KeySpec, KeyStore
+from services.storage.schema import migrate_to_head
 
 READY_TIMEOUT_SECONDS = 60.0
 _PR_SET_PDEATHSIG = 1  # from <sys/prctl.h>
@@ -361,9 +363,9 @@ def cmd_up(args: argparse.Namespace) -> int:
             "own encrypts the traffic."
         )
         return 2
-    # The schema is created once here, so the services never race to create it.
+    # `reachstore migrate`, before any service starts: they refuse a schema not at head.
     engine = make_engine(settings.database_url)
-    init_schema(engine)
+    print(f"reachstore: {describe(migrate_to_head(engine))}", file=sys.stderr, flush=True)
     shipper_key = _mint_shipper_key(engine, env)
     engine.dispose()
 
@@ -584,6 +586,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     up.set_defaults(func=cmd_up)
     add_keys_parser(commands)
+    add_migrate_parser(commands)
     add_audit_parser(commands)
     add_serve_parser(commands)
     add_client_parsers(commands)

@@ -25,8 +25,9 @@ from services.common.errors import ReachstoreError
 from services.common.kept_secrets import secret_for
 from services.common.pii import Masker
 from services.common.timefmt import rfc3339
-from services.storage.engine import init_schema, make_engine, make_sessions
+from services.storage.engine import make_engine, make_sessions
 from services.storage.keys import KeyRecord, KeyStore
+from services.storage.schema import SchemaNotAtHead, migrate_to_head
 
 
 def _fail(message: str) -> None:
@@ -40,7 +41,11 @@ def _key_store(args: argparse.Namespace) -> tuple[KeyStore, Engine]:
     data_dir = Path(args.data_dir).resolve()
     env = {**os.environ, "REACHSTORE_DATA_DIR": str(data_dir)}
     engine = make_engine(Settings.from_env(env).database_url)
-    init_schema(engine)
+    try:
+        migrate_to_head(engine)  # keys write to the store: its schema must be at head
+    except SchemaNotAtHead as exc:
+        _fail(str(exc))
+        raise SystemExit(2) from None
     sessions = make_sessions(engine)
     outbox.install(sessions)
     return KeyStore(sessions), engine

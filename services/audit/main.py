@@ -28,9 +28,10 @@ from services.common.config import Settings
 from services.common.metrics_registry import component_registries
 from services.common.rpc_metrics import RpcMetrics
 from services.common.runner import serve
-from services.storage.engine import init_schema, make_engine, make_sessions
+from services.storage.engine import make_engine, make_sessions
 from services.storage.keys import authenticator_for
 from services.storage.rate_buckets import fleet_limiter
+from services.storage.schema import refuse_unless_at_head
 
 SERVICE = audit_service_pb2.DESCRIPTOR.services_by_name["AuditService"]
 
@@ -39,7 +40,6 @@ log = logging.getLogger(__name__)
 
 async def _run(settings: Settings, key: PrivateKey, witnesses: list[Witness]) -> None:
     engine = make_engine(settings.database_url)
-    init_schema(engine)
     sessions = make_sessions(engine)
     store = AuditStore(sessions)
     checkpointer = Checkpointer(store, key, Delivery(witnesses, key))
@@ -87,6 +87,7 @@ async def _run(settings: Settings, key: PrivateKey, witnesses: list[Witness]) ->
 def main() -> None:
     settings = Settings.from_env(default_listen="127.0.0.1:50054")
     logs.configure("audit", settings.log_level)
+    refuse_unless_at_head(settings.database_url, "audit")
     key = private_key_from_env(os.environ)
     witnesses = witnesses_from_env(os.environ)
     cadence_from_env(os.environ, settings.audit_checkpoint_s)  # a bad grace fails here

@@ -20,10 +20,11 @@ from services.embedding.forked import ForkedEmbedders, processes_wanted
 from services.ingest.api.servicer import IngestServicer
 from services.ingest.metrics import QueueGauges
 from services.ingest.worker import IngestWorker
-from services.storage.engine import init_schema, make_engine, make_sessions
+from services.storage.engine import make_engine, make_sessions
 from services.storage.keys import KeyStore, authenticator_for
 from services.storage.rate_buckets import fleet_limiter
 from services.storage.repository import SemanticStore
+from services.storage.schema import refuse_unless_at_head
 from services.storage.tasks import TaskStore
 
 # The ingest process also hosts key administration: both are the write side of the store.
@@ -36,13 +37,13 @@ SERVICES = [
 def main() -> None:
     settings = Settings.from_env(default_listen="127.0.0.1:50052")
     logs.configure("ingest", settings.log_level)
+    refuse_unless_at_head(settings.database_url, "ingest")
     # First, before any thread or connection exists: the copies are forked from here.
     embedder = ForkedEmbedders.start(
         default_embedder(settings.embed_threads),
         processes_wanted(settings.ingest_embed_processes),
     )
     engine = make_engine(settings.database_url)
-    init_schema(engine)
     sessions = make_sessions(engine)
     auditor, shipping, _ = auditing(sessions, settings, ["ingest", "admin"])
     store = SemanticStore(sessions)

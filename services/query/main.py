@@ -24,10 +24,11 @@ from services.query.api.servicer import QueryServicer  # noqa: E402
 from services.query.index import configure_threads  # noqa: E402
 from services.query.indexes import IndexManager  # noqa: E402
 from services.query.metrics import QueryMetrics  # noqa: E402
-from services.storage.engine import init_schema, make_engine, make_sessions  # noqa: E402
+from services.storage.engine import make_engine, make_sessions  # noqa: E402
 from services.storage.keys import authenticator_for  # noqa: E402
 from services.storage.rate_buckets import fleet_limiter  # noqa: E402
 from services.storage.repository import SemanticStore  # noqa: E402
+from services.storage.schema import refuse_unless_at_head  # noqa: E402
 
 SERVICE_NAME = query_service_pb2.DESCRIPTOR.services_by_name["QueryService"].full_name
 SNAPSHOT_INTERVAL_SECONDS = 5.0
@@ -62,7 +63,6 @@ async def _follow_loop(indexes: IndexManager, store: SemanticStore) -> None:
 
 async def _run(settings: Settings) -> None:
     engine = make_engine(settings.database_url)
-    init_schema(engine)
     store = SemanticStore(make_sessions(engine))
     configure_threads()
     embedder = default_embedder(settings.embed_threads)
@@ -125,6 +125,7 @@ async def _run(settings: Settings) -> None:
 def main() -> None:
     settings = Settings.from_env(default_listen="127.0.0.1:50051")
     logs.configure("query", settings.log_level)
+    refuse_unless_at_head(settings.database_url, "query")
     asyncio.run(_run(settings))
 
 

@@ -27,9 +27,10 @@ from services.reach.metrics import ReachMetrics
 from services.reach.policy.shared_bucket import shared_buckets
 from services.reach.store import ReachStore
 from services.reach.watch import TaskChanges
-from services.storage.engine import init_schema, make_engine, make_sessions
+from services.storage.engine import make_engine, make_sessions
 from services.storage.keys import authenticator_for
 from services.storage.rate_buckets import fleet_limiter
+from services.storage.schema import refuse_unless_at_head
 
 SERVICE = reach_service_pb2.DESCRIPTOR.services_by_name["ReachService"]
 
@@ -53,7 +54,6 @@ async def _run(
     key_secrets: KeySecrets,
 ) -> None:
     engine = make_engine(settings.database_url)
-    init_schema(engine)
     sessions = make_sessions(engine)
     auditor, shipping, masker = auditing(sessions, settings, ["reach"])
     store = ReachStore(sessions, masker)
@@ -123,6 +123,7 @@ async def _run(
 def main() -> None:
     settings = Settings.from_env(default_listen="127.0.0.1:50053")
     logs.configure("reach", settings.log_level)
+    refuse_unless_at_head(settings.database_url, "reach")
     # Bad configuration stops the process before it serves anything (`up` reports it).
     config = load_config(settings.reach_config)
     channels = build_channels(config)

@@ -1,15 +1,16 @@
 """The audit tables: the chained events, each tenant's chain head, the signed checkpoints,
 and the outbox every service writes its events to in the same transaction as its change.
 
-``audit_events`` and ``audit_checkpoints`` are append-only: database triggers refuse
-UPDATE and DELETE on them, so no code path of reachstore can rewrite them in place. The
+``audit_events`` and ``audit_checkpoints`` are append-only: database triggers (made by the
+migrations, ``services/storage/migrations/versions/0001_baseline.py``) refuse UPDATE and
+DELETE on them, so no code path of reachstore can rewrite them in place. The
 triggers do not stop someone who owns the database; the hash chain and the signed
 checkpoints make what such a person changes visible to ``Verify``.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import DDL, BigInteger, Float, Index, Integer, String, Text, UniqueConstraint, event
+from sqlalchemy import BigInteger, Float, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from services.storage.models import NO_ID_REUSE, TENANT_LEN, Base, BigId
@@ -95,30 +96,3 @@ class AuditOutboxRow(Base):
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     quarantined_at: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
     refusal: Mapped[str | None] = mapped_column(Text, nullable=True, default=None)
-
-
-_APPEND_ONLY = ("audit_events", "audit_checkpoints")
-_PG_FUNCTION = DDL(
-    "CREATE OR REPLACE FUNCTION reachstore_append_only() RETURNS trigger LANGUAGE plpgsql AS "
-    "$$ BEGIN RAISE EXCEPTION '%% is append-only', TG_TABLE_NAME; END $$"
-)
-for _table in _APPEND_ONLY:
-    _target = Base.metadata.tables[_table]
-    event.listen(_target, "after_create", _PG_FUNCTION.execute_if(dialect="postgresql"))
-    event.listen(
-        _target,
-        "after_create",
-        DDL(
-            f"CREATE TRIGGER {_table}_append_only BEFORE UPDATE OR DELETE ON {_table} "
-            "FOR EACH ROW EXECUTE FUNCTION reachstore_append_only()"
-        ).execute_if(dialect="postgresql"),
-    )
-    for _verb in ("UPDATE", "DELETE"):
-        event.listen(
-            _target,
-            "after_create",
-            DDL(
-                f"CREATE TRIGGER {_table}_no_{_verb.lower()} BEFORE {_verb} ON {_table} "
-                f"BEGIN SELECT RAISE(ABORT, '{_table} is append-only'); END"
-            ).execute_if(dialect="sqlite"),
-        )

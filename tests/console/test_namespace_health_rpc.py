@@ -22,8 +22,9 @@ from services.ingest.worker import IngestWorker
 from services.query.api.servicer import QueryServicer
 from services.query.coverage import CoverageLog
 from services.query.indexes import IndexManager
-from services.storage.engine import init_schema, make_engine, make_sessions
+from services.storage.engine import make_engine, make_sessions
 from services.storage.repository import SemanticStore
+from services.storage.schema import migrate_to_head
 from services.storage.tasks import NewTask, TaskStore
 
 TENANT = LOCAL_CALLER.tenant
@@ -39,7 +40,7 @@ def embedder() -> UsemEmbedder:
 @pytest.fixture
 def servicer(tmp_path: Path, embedder: UsemEmbedder) -> Iterator[QueryServicer]:
     engine = make_engine(f"sqlite:///{tmp_path / 'db.sqlite'}")
-    init_schema(engine)
+    migrate_to_head(engine)
     sessions = make_sessions(engine)
     store, tasks = SemanticStore(sessions), TaskStore(sessions)
     for name in ("fast", "slow", "idle"):

@@ -28,7 +28,8 @@ from services.reach.metrics import ReachMetrics
 from services.reach.policy.breaker import CircuitBreaker
 from services.reach.store import ActionPlan, Change, ReachStore, TaskPlan
 from services.reach.watch import TaskChanges
-from services.storage.engine import init_schema, make_engine, make_sessions
+from services.storage.engine import make_engine, make_sessions
+from services.storage.schema import migrate_to_head
 
 T = TypeVar("T")
 # The servicers read the caller from the call's context variable, never from the context.
@@ -70,7 +71,7 @@ class Parts:
 @pytest.fixture
 def parts(database_url: str) -> Iterator[Parts]:
     engine = make_engine(database_url)
-    init_schema(engine)
+    migrate_to_head(engine)
     store = ReachStore(make_sessions(engine))
     config = parse_config(CONFIG)
     wakes: list[int] = []

@@ -15,6 +15,9 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from services.common.config import ConfigError, Settings
+from services.storage.engine import make_engine
+from services.storage.schema import migrate_to_head
 from tests.e2e.system import free_port_block
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,8 +64,25 @@ class ServiceProcess:
         """What runs the service; a subclass may wrap it (another clock, a namespace)."""
         return [sys.executable, "-m", self.module]
 
-    def start(self, timeout: float = 60.0) -> ServiceProcess:
-        """Starts the process and returns once its health service reports SERVING."""
+    def migrate(self) -> None:
+        """What a deployment's migrate step does before any service starts (services refuse
+        a schema not at head): the database this process's settings name, brought to head.
+        Settings the process itself refuses are left for it to refuse."""
+        try:
+            url = Settings.from_env(self._env).database_url
+        except ConfigError:
+            return
+        engine = make_engine(url)
+        try:
+            migrate_to_head(engine)
+        finally:
+            engine.dispose()
+
+    def start(self, timeout: float = 60.0, migrate: bool = True) -> ServiceProcess:
+        """Starts the process (after the migrate step, unless told not to) and returns once
+        its health service reports SERVING."""
+        if migrate:
+            self.migrate()
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 self.command(),

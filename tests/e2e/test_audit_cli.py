@@ -19,7 +19,8 @@ from services.audit.signing import PrivateKey
 from services.audit.store import AuditStore
 from services.audit.witness import FileWitness
 from services.common.kept_secrets import AUDIT_PUBLIC_KEY_FILE, AUDIT_WITNESS_FILE
-from services.storage.engine import init_schema, make_engine, make_sessions
+from services.storage.engine import make_engine, make_sessions
+from services.storage.schema import migrate_to_head
 from tests.integration.test_audit_tamper import START, drop_append_only_triggers, events
 
 pytestmark = pytest.mark.e2e
@@ -51,7 +52,7 @@ def build_trail(folder: Path, database_url: str) -> None:
     each checkpoint signed 30 s after the events (on time) and in the witness file, and
     the public key beside them."""
     engine = make_engine(database_url)
-    init_schema(engine)
+    migrate_to_head(engine)
     store = AuditStore(make_sessions(engine))
     witness = FileWitness(folder / AUDIT_WITNESS_FILE)
     store.append(events("acme", 1, 6) + events("globex", 1, 3))

@@ -20,6 +20,17 @@ from tests.e2e.system import free_port_block
 pytestmark = pytest.mark.e2e
 
 
+def _migrate(env_file: Path) -> None:
+    """The deployment's migrate step, from the same env file: a component refuses a
+    database whose schema is not at head."""
+    subprocess.run(
+        [sys.executable, "-m", "services.cli", "migrate", "--env-file", str(env_file)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
+
+
 def _serve(env_file: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "services.cli", "serve", "audit", "--env-file", str(env_file)],
@@ -47,6 +58,7 @@ def test_serve_runs_one_component_from_an_env_file(tmp_path: Path) -> None:
         f"REACHSTORE_AUDIT_SIGNING_KEY_FILE={_signing_key(tmp_path)}\n",
         encoding="utf-8",
     )
+    _migrate(env_file)
     process = _serve(env_file)
     try:
         with grpc.insecure_channel(address) as channel:

@@ -27,7 +27,8 @@ import sqlalchemy
 
 from reachstore.ingest.v1 import ingest_service_pb2 as pb
 from reachstore.ingest.v1 import ingest_service_pb2_grpc as pb_grpc
-from services.storage.engine import init_schema, make_engine
+from services.storage.engine import make_engine
+from services.storage.schema import migrate_to_head
 from tests.e2e.processes import ServiceProcess
 
 pytestmark = pytest.mark.e2e
@@ -133,7 +134,7 @@ class Database:
     def __init__(self, url: str) -> None:
         self.url = url
         self.engine = make_engine(url)
-        init_schema(self.engine)
+        migrate_to_head(self.engine)
         ddl = _HISTORY_SQLITE if url.startswith("sqlite") else _HISTORY_POSTGRESQL
         with self.engine.begin() as conn:
             for statement in ddl:

@@ -10,13 +10,14 @@ import pytest
 from sqlalchemy import Engine
 
 from services.reach.store import ReachStore
-from services.storage.engine import init_schema, make_engine, make_sessions
+from services.storage.engine import make_engine, make_sessions
+from services.storage.schema import migrate_to_head
 
 
 @pytest.fixture
 def store(database_url: str) -> Iterator[ReachStore]:
     engine = make_engine(database_url)
-    init_schema(engine)
+    migrate_to_head(engine)
     yield ReachStore(make_sessions(engine))
     engine.dispose()
 
@@ -24,6 +25,6 @@ def store(database_url: str) -> Iterator[ReachStore]:
 @pytest.fixture
 def engine(database_url: str) -> Iterator[Engine]:
     made = make_engine(database_url)
-    init_schema(made)
+    migrate_to_head(made)
     yield made
     made.dispose()

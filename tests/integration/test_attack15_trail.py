@@ -23,7 +23,8 @@ from services.audit.store import AuditStore
 from services.audit.verify import CADENCE_GAP, Cadence, Report
 from services.audit.verify_settings import Verifier
 from services.audit.witness import Delivery, FileWitness
-from services.storage.engine import init_schema, make_engine, make_sessions
+from services.storage.engine import make_engine, make_sessions
+from services.storage.schema import migrate_to_head
 from tests.integration.test_audit_tamper import chain_rows, drop_append_only_triggers, set_head
 from tests.integration.test_audit_witness import INTERVAL_S, KEY, KEYS, fresh_events
 
@@ -53,7 +54,7 @@ class Deployment:
 @pytest.fixture
 def deployment(database_url: str, tmp_path: Path) -> Iterator[Deployment]:
     engine = make_engine(database_url)
-    init_schema(engine)
+    migrate_to_head(engine)
     store = AuditStore(make_sessions(engine))
     found = Deployment(engine, store, tmp_path / "other-volume" / "audit_witness.jsonl")
     checkpointer = found.checkpointer()

@@ -29,7 +29,8 @@ from services.audit.chain import canonical_json
 from services.audit.signing import CheckpointKeys, PrivateKey
 from services.audit.store import AuditStore
 from services.audit.verify import EDITED
-from services.storage.engine import init_schema, make_engine, make_sessions
+from services.storage.engine import make_engine, make_sessions
+from services.storage.schema import migrate_to_head
 from tests.integration.test_audit_tamper import audit_event, drop_append_only_triggers
 
 KEY = PrivateKey.generate()
@@ -40,7 +41,7 @@ QUOTED = 20  # the event whose params hold a quote: COPY sends a backslash for i
 @pytest.fixture
 def engine(pg_database: str) -> Iterator[Engine]:
     engine = make_engine(pg_database)
-    init_schema(engine)
+    migrate_to_head(engine)
     store = AuditStore(make_sessions(engine))
     events = [audit_event("acme", n) for n in range(1, 41)]
     events[QUOTED - 1]["params_json"] = canonical_json({"note": 'say "hi"'})

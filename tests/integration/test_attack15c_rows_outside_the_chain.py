@@ -38,7 +38,8 @@ from services.audit.store import VERIFY_PAGE, AuditStore, EventFilter
 from services.audit.verify import Cadence, Report
 from services.audit.verify_settings import Verifier
 from services.audit.witness import Delivery, FileWitness
-from services.storage.engine import init_schema, make_engine, make_sessions
+from services.storage.engine import make_engine, make_sessions
+from services.storage.schema import migrate_to_head
 from tests.integration.test_audit_tamper import audit_event, drop_append_only_triggers
 
 KEY = PrivateKey.generate()
@@ -76,7 +77,7 @@ def fresh(tenant: str, first: int, last: int) -> list[dict[str, Any]]:
 
 def build(database_url: str, tmp_path: Path, events: int) -> Iterator[Witnessed]:
     engine = make_engine(database_url)
-    init_schema(engine)
+    migrate_to_head(engine)
     store = AuditStore(make_sessions(engine))
     witness = tmp_path / "other-volume" / "audit_witness.jsonl"
     checkpointer = Checkpointer(store, KEY, Delivery([FileWitness(witness)], KEY))

@@ -16,7 +16,8 @@ from services.audit.chain import event_hash
 from services.audit.copy_walk import copy_walk
 from services.audit.store import AuditStore
 from services.audit.verify import EDITED, Stops, quick_walk
-from services.storage.engine import init_schema, make_engine, make_sessions
+from services.storage.engine import make_engine, make_sessions
+from services.storage.schema import migrate_to_head
 from tests.integration.test_audit_tamper import (
     KEY,
     KEYS,
@@ -53,7 +54,7 @@ AWKWARD_FROM = 1400
 @pytest.fixture
 def engine(pg_database: str) -> Iterator[Engine]:
     engine = make_engine(pg_database)
-    init_schema(engine)
+    migrate_to_head(engine)
     yield engine
     engine.dispose()
 

@@ -11,14 +11,15 @@ from sqlalchemy.orm import Session, sessionmaker
 from services.audit import outbox
 from services.audit.calls import CallAuditor, service_label
 from services.storage.audit_models import AuditOutboxRow
-from services.storage.engine import init_schema, make_engine, make_sessions
+from services.storage.engine import make_engine, make_sessions
 from services.storage.keys import KeySpec, KeyStore
+from services.storage.schema import migrate_to_head
 
 
 @pytest.fixture
 def sessions(database_url: str) -> Iterator[sessionmaker[Session]]:
     engine = make_engine(database_url)
-    init_schema(engine)
+    migrate_to_head(engine)
     made = make_sessions(engine)
     outbox.install(made)
     yield made

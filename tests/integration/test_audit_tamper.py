@@ -40,7 +40,8 @@ from services.audit.verify import (
     TRUNCATED,
     Report,
 )
-from services.storage.engine import init_schema, make_engine, make_sessions
+from services.storage.engine import make_engine, make_sessions
+from services.storage.schema import migrate_to_head
 
 KEY = PrivateKey.generate()
 KEYS = CheckpointKeys(KEY.public)
@@ -123,7 +124,7 @@ def walk(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str
 @pytest.fixture
 def trail(database_url: str) -> Iterator[Trail]:
     engine = make_engine(database_url)
-    init_schema(engine)
+    migrate_to_head(engine)
     store = AuditStore(make_sessions(engine))
     store.append(events("acme", 1, 10) + events("globex", 1, 3))
     assert len(store.checkpoint(KEY)) == 2

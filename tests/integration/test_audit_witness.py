@@ -41,7 +41,8 @@ from services.audit.verify import (
 )
 from services.audit.verify_settings import WITNESS_BROKEN, Verifier
 from services.audit.witness import Delivery, FileWitness, HttpWitness, Witness
-from services.storage.engine import init_schema, make_engine, make_sessions
+from services.storage.engine import make_engine, make_sessions
+from services.storage.schema import migrate_to_head
 from tests.integration.test_audit_tamper import (
     audit_event,
     chain_rows,
@@ -93,7 +94,7 @@ def walk(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str
 @pytest.fixture
 def witnessed(database_url: str, tmp_path: Path) -> Iterator[Witnessed]:
     engine = make_engine(database_url)
-    init_schema(engine)
+    migrate_to_head(engine)
     store = AuditStore(make_sessions(engine))
     path = tmp_path / "other-volume" / "audit_witness.jsonl"
     checkpointer = Checkpointer(store, KEY, Delivery([FileWitness(path)], KEY))
@@ -296,7 +297,7 @@ def test_events_left_unsigned_past_the_cadence_are_a_gap(database_url: str) -> N
     """Checkpoints are due every interval while events arrive: events an hour old that no
     checkpoint covered until now (or at all) are a cadence gap."""
     engine = make_engine(database_url)
-    init_schema(engine)
+    migrate_to_head(engine)
     store = AuditStore(make_sessions(engine))
     try:
         store.append(fresh_events("acme", 1, 5, age_s=3600))
@@ -368,7 +369,7 @@ def test_an_http_witness_keeps_every_checkpoint_and_catches_up(
     database_url: str, receiver: LineReceiver
 ) -> None:
     engine = make_engine(database_url)
-    init_schema(engine)
+    migrate_to_head(engine)
     store = AuditStore(make_sessions(engine))
     http = HttpWitness(receiver.url, httpx.Client(timeout=5))
     checkpointer = Checkpointer(store, KEY, Delivery([http], KEY))

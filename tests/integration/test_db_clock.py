@@ -16,7 +16,8 @@ import time
 import pytest
 
 from services.storage.clock import db_clock
-from services.storage.engine import init_schema, make_engine, make_sessions
+from services.storage.engine import make_engine, make_sessions
+from services.storage.schema import migrate_to_head
 from tests.e2e.processes import ROOT
 
 READ_CLOCK = """
@@ -50,7 +51,7 @@ def test_a_process_with_a_skewed_clock_reads_the_same_database_clock(
     database_url: str, skew: str
 ) -> None:
     engine = make_engine(database_url)
-    init_schema(engine)
+    migrate_to_head(engine)
     sessions = make_sessions(engine)
     with sessions() as session:
         mine = db_clock(session)

@@ -7,26 +7,16 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 
-import pytest
 import sqlalchemy
 from sqlalchemy import text
 
 from services.common.limits import Limits, RequestLimiter
-from services.storage.engine import init_schema, make_engine, make_sessions
+from services.storage.engine import make_engine, make_sessions
 from services.storage.rate_buckets import fleet_limiter
 
 RATE, BURST = 20.0, 10
 LIMITS = Limits(key_query_rate=RATE, key_query_burst=BURST, tenant_query_rate=0)
-
-
-@pytest.fixture
-def engine(database_url: str) -> Iterator[sqlalchemy.Engine]:
-    made = make_engine(database_url)
-    init_schema(made)
-    yield made
-    made.dispose()
 
 
 def _hammer(limiters: list[RequestLimiter], seconds: float, key: str = "k1") -> int:

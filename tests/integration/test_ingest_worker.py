@@ -12,9 +12,10 @@ from sqlalchemy import update
 from services.embedding import UsemEmbedder
 from services.ingest.worker import IngestWorker
 from services.storage import tasks as states
-from services.storage.engine import init_schema, make_engine, make_sessions
+from services.storage.engine import make_engine, make_sessions
 from services.storage.models import TaskRow
 from services.storage.repository import SemanticStore
+from services.storage.schema import migrate_to_head
 from services.storage.tasks import NewTask, TaskStore, db_now
 
 TENANT = "t"
@@ -31,7 +32,7 @@ def parts(
     database_url: str, embedder: UsemEmbedder
 ) -> Iterator[tuple[SemanticStore, TaskStore, IngestWorker]]:
     engine = make_engine(database_url)
-    init_schema(engine)
+    migrate_to_head(engine)
     sessions = make_sessions(engine)
     store, tasks = SemanticStore(sessions), TaskStore(sessions, HOLDER)
     store.create_namespace(TENANT, "docs", embedder.model_id, embedder.dimension)

@@ -14,8 +14,9 @@ from services.embedding import UsemEmbedder
 from services.ingest.worker import IngestWorker
 from services.query.api.servicer import QueryServicer
 from services.query.indexes import IndexManager
-from services.storage.engine import init_schema, make_engine, make_sessions
+from services.storage.engine import make_engine, make_sessions
 from services.storage.repository import SemanticStore
+from services.storage.schema import migrate_to_head
 from services.storage.tasks import NewTask, TaskStore
 
 TENANT = "default"
@@ -31,7 +32,7 @@ def parts(
     tmp_path: Path, embedder: UsemEmbedder
 ) -> Iterator[tuple[SemanticStore, TaskStore, QueryServicer]]:
     engine = make_engine(f"sqlite:///{tmp_path / 'db.sqlite'}")
-    init_schema(engine)
+    migrate_to_head(engine)
     sessions = make_sessions(engine)
     store, tasks = SemanticStore(sessions), TaskStore(sessions)
     pool = concurrent.futures.ThreadPoolExecutor(4)

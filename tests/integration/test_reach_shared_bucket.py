@@ -12,7 +12,8 @@ import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from services.reach.policy.shared_bucket import SharedTokenBucket
-from services.storage.engine import init_schema, make_engine, make_sessions
+from services.storage.engine import make_engine, make_sessions
+from services.storage.schema import migrate_to_head
 
 
 class Clock:
@@ -28,7 +29,7 @@ def workers(database_url: str) -> Iterator[Callable[[], sessionmaker[Session]]]:
     """Makes one worker's sessions, on an engine of its own (as a separate process has),
     over the schema made once; every engine is closed at the end."""
     engines = [make_engine(database_url)]
-    init_schema(engines[0])
+    migrate_to_head(engines[0])
 
     def worker() -> sessionmaker[Session]:
         engines.append(make_engine(database_url))

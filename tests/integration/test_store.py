@@ -7,8 +7,9 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from services.storage.engine import init_schema, make_engine, make_sessions
+from services.storage.engine import make_engine, make_sessions
 from services.storage.repository import ChunkData, NamespaceExists, SemanticStore
+from services.storage.schema import migrate_to_head
 
 MODEL = "test-model"
 
@@ -16,7 +17,7 @@ MODEL = "test-model"
 @pytest.fixture
 def store(database_url: str) -> Iterator[SemanticStore]:
     engine = make_engine(database_url)
-    init_schema(engine)
+    migrate_to_head(engine)
     yield SemanticStore(make_sessions(engine))
     engine.dispose()
 
@@ -122,7 +123,7 @@ def test_deleting_a_namespace_removes_everything_in_it(store: SemanticStore) -> 
 def test_namespace_heads_see_every_commit_of_another_process(database_url: str) -> None:
     """The query side's cached view must never lag behind a completed write."""
     writer_engine, reader_engine = make_engine(database_url), make_engine(database_url)
-    init_schema(writer_engine)
+    migrate_to_head(writer_engine)
     writer = SemanticStore(make_sessions(writer_engine))
     reader = SemanticStore(make_sessions(reader_engine))
     try:
@@ -163,8 +164,8 @@ def test_columns_added_since_a_database_was_made_are_added_in_place(database_url
                     "'2026-01-01 00:00:00', NULL, NULL)"
                 )
             )
-        init_schema(engine)
-        init_schema(engine)  # idempotent
+        migrate_to_head(engine)
+        migrate_to_head(engine)  # a second run finds the schema at head
         old = KeyStore(make_sessions(engine)).find("k1")
         assert old is not None and old.channels == () and old.groups == ()
     finally:

@@ -11,8 +11,9 @@ import pytest
 from sqlalchemy import Engine, text, update
 
 from services.storage import tasks as states
-from services.storage.engine import init_schema, make_engine, make_sessions
+from services.storage.engine import make_engine, make_sessions
 from services.storage.models import TaskRow
+from services.storage.schema import migrate_to_head
 from services.storage.tasks import NewTask, TaskStore, db_now
 
 TENANT = "t"
@@ -230,8 +231,8 @@ def test_the_lease_columns_are_added_to_an_older_task_table_in_place(database_ur
                     "'2026-01-01 00:00:00', '2026-01-01 00:00:00')"
                 )
             )
-        init_schema(engine)
-        init_schema(engine)  # idempotent
+        migrate_to_head(engine)
+        migrate_to_head(engine)  # a second run finds the schema at head
         row = _row(engine, "old1")
         assert (row.lease_owner, row.lease_until) == ("", None)
         [claimed] = _store(engine, "ingest-a").claim(1)

@@ -50,7 +50,7 @@ def _check_settings(env: dict[str, Any], where: str) -> None:
 
 def test_compose_runs_every_component_with_settings_the_code_reads() -> None:
     services = _compose()["services"]
-    components = {name: s for name, s in services.items() if name != "postgres"}
+    components = {name: s for name, s in services.items() if name not in ("postgres", "migrate")}
     assert set(components) == set(COMPONENTS)
     for name, service in components.items():
         assert service["command"] == [name], name
@@ -105,6 +105,40 @@ def test_kubernetes_has_a_deployment_and_service_per_component_that_agree() -> N
         if name in ADDRESS_SETTING:
             host, _, port = shared[ADDRESS_SETTING[name]].rpartition(":")
             assert (host, int(port)) == (name, listen)
+
+
+# The components that open the database, and so refuse to start on a schema not at head.
+DATABASE_COMPONENTS = set(ADDRESS_SETTING)
+
+
+def test_compose_migrates_once_postgres_answers_and_before_every_component() -> None:
+    services = _compose()["services"]
+    migrate = services["migrate"]
+    assert migrate["entrypoint"] == ["reachstore", "migrate"] and migrate["command"] == []
+    assert migrate["depends_on"] == {"postgres": {"condition": "service_healthy"}}
+    assert "pg_isready" in services["postgres"]["healthcheck"]["test"]
+    database = migrate["environment"]["REACHSTORE_DATABASE_URL"]
+    for name in DATABASE_COMPONENTS:
+        service = services[name]
+        assert service["depends_on"]["migrate"] == {
+            "condition": "service_completed_successfully"
+        }, name
+        assert service["environment"]["REACHSTORE_DATABASE_URL"] == database, name
+
+
+def test_kubernetes_pods_that_use_the_database_migrate_first() -> None:
+    deployments = {d["metadata"]["name"]: d for d in _kubernetes() if d["kind"] == "Deployment"}
+    for name, deployment in deployments.items():
+        spec = deployment["spec"]["template"]["spec"]
+        if name not in DATABASE_COMPONENTS:
+            assert "initContainers" not in spec, name
+            continue
+        [init] = spec["initContainers"]
+        [container] = spec["containers"]
+        assert init["command"] == ["reachstore", "migrate"], name
+        assert init["image"] == container["image"], name
+        # The same database as the component: the same ConfigMap and Secret.
+        assert init["envFrom"] == container["envFrom"], name
 
 
 @pytest.mark.parametrize("path", ["deploy/docker-compose.yml", "deploy/k8s/reachstore.yaml"])
