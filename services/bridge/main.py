@@ -22,6 +22,7 @@ from services.bridge.slow_clients import GuardedHttpProtocol, guarded_protocol
 from services.bridge.web_guard import listen_host
 from services.common import logs
 from services.common.config import ConfigError, Settings
+from services.common.supervised import watch_supervisor
 
 log = logging.getLogger("services.bridge")
 
@@ -102,6 +103,8 @@ async def serve(settings: Settings) -> None:
             "listening on every address, but answering only requests that name a loopback "
             "host: set REACHSTORE_HTTP_ALLOWED_HOSTS to the names callers use"
         )
+    # Under `reachstore up`: once `up` is gone, SIGTERM stops uvicorn as it would have.
+    watch_supervisor(asyncio.get_running_loop())
     try:
         await server.serve(sockets=[sock])
     finally:
