@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
-import ctypes.util
 import datetime as dt
 import hashlib
 import ipaddress
@@ -48,6 +46,7 @@ from services.common.hosts import is_loopback
 from services.common.kept_audit_keys import keep_audit_keys
 from services.common.kept_secrets import KEPT_SECRETS, kept_secret
 from services.common.pii import masker_from_env
+from services.common.supervised import SUPERVISOR_PID
 from services.common.tls import (
     CA_FILE,
     CERT_FILE,
@@ -66,7 +65,6 @@ from services.storage.keys import KeySpec, KeyStore
 from services.storage.schema import migrate_to_head
 
 READY_TIMEOUT_SECONDS = 60.0
-_PR_SET_PDEATHSIG = 1  # from <sys/prctl.h>
 STOP_TIMEOUT_SECONDS = 15.0
 
 DEMO_NAMESPACE = "demo"
@@ -105,18 +103,13 @@ def _fail(message: str) -> None:
     print(f"reachstore: {message}", file=sys.stderr, flush=True)
 
 
-def _stop_with_parent() -> None:
-    """In a child, before exec: ask Linux to send SIGTERM when `up` dies, even by SIGKILL,
-    so no service outlives it. Elsewhere this does nothing and `up` stops them itself."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass
-
-
 class _System:
-    """The child processes of one `up`, and how to stop them."""
+    """The child processes of one `up`, and how to stop them.
+
+    Each child leads a process group of its own: a terminal's Ctrl-C reaches `up` alone,
+    which then stops the children in order, and a child's group holds whatever that child
+    started, so `up` can end it all. Each child also watches `up` (REACHSTORE_SUPERVISOR_PID,
+    services/common/supervised.py) and stops itself if `up` dies without stopping it."""
 
     def __init__(self, run_dir: Path) -> None:
         self.children: dict[str, subprocess.Popen[bytes]] = {}
@@ -125,9 +118,9 @@ class _System:
     def start(self, name: str, module: str, env: dict[str, str]) -> None:
         process = subprocess.Popen(
             [sys.executable, "-m", module],
-            env=env,
+            env={**env, SUPERVISOR_PID: str(os.getpid())},
             stdin=subprocess.DEVNULL,
-            preexec_fn=_stop_with_parent,
+            process_group=0,
         )
         self.children[name] = process
         # Operators and fault drills find each component's process here.
@@ -138,6 +131,7 @@ class _System:
         return [name for name, p in self.children.items() if p.poll() is not None]
 
     def stop(self) -> None:
+        # SIGTERM to each child alone: it stops what it started itself, in its own order.
         for process in self.children.values():
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
@@ -146,8 +140,16 @@ class _System:
             try:
                 process.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                process.kill()
+                _kill_group(process.pid)
                 process.wait()
+        # Whatever a child left behind in its group (it crashed, or was killed) ends too.
+        for process in self.children.values():
+            _kill_group(process.pid)
+
+
+def _kill_group(group: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(group, signal.SIGKILL)
 
 
 def _wait_grpc_healthy(address: str, system: _System, deadline: float, tls: TlsFiles) -> None:
@@ -372,8 +374,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     query_processes = _query_processes(args, env, data_dir)
     system = _System(data_dir / "run")
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    # A closed terminal (SIGHUP) stops the system as Ctrl-C and SIGTERM do.
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, lambda *_: stop.set())
     scheme = "https" if settings.tls.serving else "http"
     url = f"{scheme}://{_url_host(args.host)}:{args.http_port}"
     try:
@@ -409,6 +412,10 @@ def cmd_up(args: argparse.Namespace) -> int:
         system.stop()
         _revoke(settings, shipper_key)
         return 1
+    except BaseException:  # an unexpected failure still ends every child started so far
+        system.stop()
+        _revoke(settings, shipper_key)
+        raise
     print(f"reachstore ready: {url}", flush=True)
     while not stop.wait(0.5):
         if system.dead():

@@ -23,6 +23,7 @@ from services.bridge.web_guard import listen_host
 from services.common import logs
 from services.common.config import ConfigError, Settings
 from services.common.metrics_http import serve_metrics
+from services.common.supervised import watch_supervisor
 
 log = logging.getLogger("services.bridge")
 
@@ -110,6 +111,8 @@ async def serve(settings: Settings) -> None:
             "listening on every address, but answering only requests that name a loopback "
             "host: set REACHSTORE_HTTP_ALLOWED_HOSTS to the names callers use"
         )
+    # Under `reachstore up`: once `up` is gone, SIGTERM stops uvicorn as it would have.
+    watch_supervisor(asyncio.get_running_loop())
     try:
         await server.serve(sockets=[sock])
     finally:

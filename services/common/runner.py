@@ -12,6 +12,7 @@ from services.common.auth import Authenticator
 from services.common.grpc_server import CallAudit, Registrar, create_server, mark_serving
 from services.common.limits import RequestLimiter
 from services.common.rpc_metrics import RpcMetrics
+from services.common.supervised import watch_supervisor
 from services.common.tls import PLAIN, TlsFiles
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,7 @@ async def serve(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    watch_supervisor(loop)  # under `reachstore up`: stop as above once `up` is gone
     await stop.wait()
     log.info("%s stopping", component)
     await health_servicer.enter_graceful_shutdown()
