@@ -541,8 +541,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=1,
         help="query service processes (one core each), sharing the query port; 0: one per "
-        "core. Default 1: call-rate limits are counted per process, so N processes let a "
-        "key call N times its rate",
+        "core. Default 1: each process holds every index in its own memory (call-rate "
+        "limits hold for all of them together)",
     )
     up.add_argument(
         "--reach-config",
