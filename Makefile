@@ -39,11 +39,12 @@ lock: install-test
 	$(UV_COMPILE) requirements/test.in -o requirements/test.txt
 	$(UV_COMPILE) -c requirements/test.txt requirements/server.in -o requirements/server.txt
 
-## The two wheels, SDK and server, into dist/ (tests/packaging installs the SDK's alone).
+## The two distributions, SDK and server, into dist/: each wheel is built from its sdist, so
+## nothing left in a build/ folder from an earlier layout of the tree can slip into it.
 wheels: install-test
 	rm -rf dist
-	$(PY) -m build --wheel --outdir dist clients/python
-	$(PY) -m build --wheel --outdir dist .
+	$(PY) -m build --outdir dist clients/python
+	$(PY) -m build --outdir dist .
 
 ## Install and start the whole system (Ctrl-C stops it).
 up: install
