@@ -4,23 +4,47 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 
-.PHONY: up test install install-test generate check-protos lint format docs bench bench-peers clean
+.PHONY: up test install install-test lock wheels generate check-protos lint format docs bench bench-peers clean
 .PHONY: ts-install ts-generate ts-check ts-test
 .PHONY: go-install go-generate go-check
 .PHONY: browser-install faults-install faults
 
-$(VENV)/.installed: pyproject.toml
+# Third-party packages come only from the lock files, every file checked against its hash;
+# the two local distributions (the SDK in clients/python, the server here) follow with
+# --no-deps, so nothing outside the lock is resolved. `make lock` rewrites the lock files.
+LOCAL_PACKAGES := -e ./clients/python -e .
+
+$(VENV)/.installed: pyproject.toml clients/python/pyproject.toml requirements/server.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet -e .
+	$(PIP) install --quiet --require-hashes -r requirements/server.txt
+	$(PIP) install --quiet --no-deps $(LOCAL_PACKAGES)
 	touch $@
 
-$(VENV)/.installed-test: $(VENV)/.installed pyproject.toml
-	$(PIP) install --quiet -e '.[test]'
+$(VENV)/.installed-test: $(VENV)/.installed requirements/test.txt
+	$(PIP) install --quiet --require-hashes -r requirements/test.txt
+	$(PIP) install --quiet --no-deps $(LOCAL_PACKAGES)
 	touch $@
 
 install: $(VENV)/.installed
 install-test: $(VENV)/.installed-test
+
+## Re-resolve both lock files from pyproject.toml and clients/python/pyproject.toml (needs the
+## package index). The test lock is resolved first and constrains the server's, so a package
+## in both has one version. UV_LOCK_ARGS="--upgrade" moves every package to its newest release.
+UV_COMPILE := $(VENV)/bin/uv pip compile --quiet --generate-hashes --python-version 3.11 \
+	--no-emit-package reachstore --no-emit-package reachstore-server $(UV_LOCK_ARGS)
+
+lock: install-test
+	$(UV_COMPILE) requirements/test.in -o requirements/test.txt
+	$(UV_COMPILE) -c requirements/test.txt requirements/server.in -o requirements/server.txt
+
+## The two distributions, SDK and server, into dist/: each wheel is built from its sdist, so
+## nothing left in a build/ folder from an earlier layout of the tree can slip into it.
+wheels: install-test
+	rm -rf dist
+	$(PY) -m build --outdir dist clients/python
+	$(PY) -m build --outdir dist .
 
 ## Install and start the whole system (Ctrl-C stops it).
 up: install
@@ -132,4 +156,4 @@ bench-peers: install-test
 	$(PY) bench/bench_peers.py $(BENCH_PEERS_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache dist
