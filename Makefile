@@ -131,11 +131,13 @@ FAULTS_ACTIONS ?= 2000
 faults: install-test faults-install
 	FAULTS_ACTIONS=$(FAULTS_ACTIONS) $(PY) -m tests.faults.checker $(FAULTS_ARGS)
 
-## Lint, format check (ruff) and type check (mypy); `make format` rewrites.
+## Lint, format check (ruff), type check (mypy) and the layering contracts of ARCHITECTURE.md
+## (import-linter, from pyproject.toml); `make format` rewrites.
 lint: install-test
 	$(VENV)/bin/ruff check services clients tests bench
 	$(VENV)/bin/ruff format --check services clients tests bench
 	$(VENV)/bin/mypy services clients/python/reachstore
+	$(VENV)/bin/lint-imports --no-cache
 
 format: install-test
 	$(VENV)/bin/ruff check --fix services clients tests bench

@@ -43,7 +43,6 @@ from services.common.auth import LOCAL_TENANT, SERVICE_TENANT
 from services.common.config import INSECURE, ConfigError, Settings
 from services.common.cores import usable_cores
 from services.common.hosts import is_loopback
-from services.common.kept_audit_keys import keep_audit_keys
 from services.common.kept_secrets import KEPT_SECRETS, kept_secret
 from services.common.pii import masker_from_env
 from services.common.supervised import SUPERVISOR_PID
@@ -57,6 +56,7 @@ from services.common.tls import (
     TlsFiles,
     secure_channel,
 )
+from services.kept_audit_keys import keep_audit_keys
 from services.reach.config import load_config
 from services.reach.idempotency import previous_secrets
 from services.reach.main import build_channels

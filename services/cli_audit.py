@@ -39,7 +39,6 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from services.audit import signing
 from services.audit.chain import HASHED_FIELDS
-from services.audit.outbox_metrics import outbox_counts
 from services.audit.store import AuditStore
 from services.audit.verify import Report
 from services.audit.verify_settings import CADENCE_GRACE, WITNESS_BROKEN, Verifier, cadence_from_env
@@ -51,6 +50,7 @@ from services.audit.witness import (
     WitnessRead,
     witnesses_from_env,
 )
+from services.audit_client.outbox_metrics import outbox_counts
 from services.common.config import ConfigError, Settings
 from services.common.kept_secrets import (
     AUDIT_PUBLIC_KEY_FILE,

@@ -18,7 +18,7 @@ from pathlib import Path
 from sqlalchemy import Engine
 
 from services.admin.api.keys import check_key_request
-from services.audit import outbox
+from services.audit_client import outbox
 from services.common.auth import LOCAL_TENANT, SERVICE_TENANT
 from services.common.config import Settings
 from services.common.errors import ReachstoreError

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import operator
 from collections.abc import Mapping
 from json.encoder import encode_basestring
 from typing import Any
 
+from services.common.canonical import canonical_json
 from services.common.config_errors import ConfigError
 
 GENESIS = "0" * 64
@@ -41,10 +41,6 @@ HASHED_FIELDS = (
     "prev_hash",
 )
 MIN_KEY_BYTES = 16
-
-
-def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def event_hash(event: Mapping[str, Any]) -> str:

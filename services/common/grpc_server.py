@@ -66,7 +66,7 @@ async def abort_with(context: grpc.aio.ServicerContext, error: errors.Reachstore
 
 
 class AuditedCall(Protocol):
-    """The audit record of one call in progress (``services/audit/calls.py``)."""
+    """The audit record of one call in progress (``services/audit_client/calls.py``)."""
 
     async def end(self, status: grpc.StatusCode, error_code: str = "", category: str = "") -> None:
         """Records how the call ended, unless its change already carried its event."""

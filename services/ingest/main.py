@@ -8,7 +8,7 @@ import threading
 from reachstore.admin.v1 import key_service_pb2, key_service_pb2_grpc
 from reachstore.ingest.v1 import ingest_service_pb2, ingest_service_pb2_grpc
 from services.admin.api.keys import KeyServicer
-from services.audit.wiring import auditing
+from services.audit_client.wiring import auditing
 from services.common import logs
 from services.common.config import Settings
 from services.common.metrics_http import serve_metrics

@@ -13,8 +13,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from reachstore.query.v1 import query_service_pb2, query_service_pb2_grpc  # noqa: E402
-from services.audit.outbox_metrics import OutboxGauges  # noqa: E402
-from services.audit.wiring import auditing  # noqa: E402
+from services.audit_client.outbox_metrics import OutboxGauges  # noqa: E402
+from services.audit_client.wiring import auditing  # noqa: E402
 from services.common import logs  # noqa: E402
 from services.common.config import Settings  # noqa: E402
 from services.common.rpc_metrics import RpcMetrics  # noqa: E402

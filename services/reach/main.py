@@ -11,7 +11,7 @@ import logging
 import os
 
 from reachstore.reach.v1 import reach_service_pb2, reach_service_pb2_grpc
-from services.audit.wiring import auditing
+from services.audit_client.wiring import auditing
 from services.common import logs
 from services.common.config import Settings
 from services.common.metrics_registry import component_registries
@@ -24,7 +24,7 @@ from services.reach.config import ReachConfig, check_channels, load_config
 from services.reach.executor import Executor
 from services.reach.idempotency import KeySecrets, key_secrets_from_env
 from services.reach.metrics import ReachMetrics
-from services.reach.policy.shared_bucket import shared_buckets
+from services.reach.shared_bucket import shared_buckets
 from services.reach.store import ReachStore
 from services.reach.watch import TaskChanges
 from services.storage.engine import make_engine, make_sessions

@@ -28,7 +28,7 @@ from sqlalchemy import Table, exists, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from services.audit import outbox
+from services.audit_client import outbox
 from services.common import errors
 from services.common.pii import Masker
 from services.common.timefmt import rfc3339

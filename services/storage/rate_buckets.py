@@ -4,7 +4,7 @@
 this module is only the transaction: read the call's buckets, refill each by the time
 passed on the database's clock (``clock.py``: the one clock every process shares), and
 take the same number from each, or from none, writing back with a compare-and-set on each
-row's version, as the reach channel buckets do (``services/reach/policy/shared_bucket.py``).
+row's version, as the reach channel buckets do (``services/reach/shared_bucket.py``).
 A refusal writes nothing.
 """
 

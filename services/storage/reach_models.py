@@ -169,7 +169,7 @@ class ReachAlertRow(Base):
 
 class ReachChannelBucketRow(Base):
     """A channel's send-rate token bucket, shared by every reach worker on this database
-    (``services/reach/policy/shared_bucket.py``). ``version`` makes each update a
+    (``services/reach/shared_bucket.py``). ``version`` makes each update a
     compare-and-set, so that two workers never both take the last token."""
 
     __tablename__ = "reach_channel_buckets"

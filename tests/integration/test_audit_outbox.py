@@ -8,8 +8,8 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from services.audit import outbox
-from services.audit.calls import CallAuditor, service_label
+from services.audit_client import outbox
+from services.audit_client.calls import CallAuditor, service_label
 from services.storage.audit_models import AuditOutboxRow
 from services.storage.engine import make_engine, make_sessions
 from services.storage.keys import KeySpec, KeyStore

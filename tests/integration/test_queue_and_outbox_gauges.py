@@ -10,7 +10,7 @@ import time
 from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine, insert, update
 
-from services.audit.outbox_metrics import OutboxGauges
+from services.audit_client.outbox_metrics import OutboxGauges
 from services.ingest.metrics import QueueGauges
 from services.storage.audit_models import AuditOutboxRow
 from services.storage.engine import make_sessions

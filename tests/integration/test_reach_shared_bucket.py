@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from services.reach.policy.shared_bucket import SharedTokenBucket
+from services.reach.shared_bucket import SharedTokenBucket
 from services.storage.engine import make_engine, make_sessions
 from services.storage.schema import migrate_to_head
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from services.audit import outbox
-from services.audit.shipper import event_message
+from services.audit_client import outbox
+from services.audit_client.shipper import event_message
 from services.common.pii import Masker
 
 MASKER = Masker(b"outbox-bounds-test-secret")

@@ -19,7 +19,7 @@ import grpc
 from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
 from reachstore.reach.v1 import reach_service_pb2 as pb
 from reachstore.reach.v1 import reach_service_pb2_grpc as pb_grpc
-from services.audit import outbox
+from services.audit_client import outbox
 from services.common import errors, names, paging
 from services.common.auth import Caller
 from services.common.identity import caller

@@ -19,7 +19,7 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 from sqlalchemy.orm import Session, sessionmaker
 
-from services.audit import outbox
+from services.audit_client import outbox
 from services.common.auth import Caller
 from services.common.pii import Masker
 from services.common.tracing import trace_from_metadata

@@ -9,8 +9,8 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from services.audit.calls import CallAuditor
-from services.audit.shipper import Shipper
+from services.audit_client.calls import CallAuditor
+from services.audit_client.shipper import Shipper
 from services.common.config import Settings
 from services.common.pii import Masker, masker_from_env
 

@@ -39,7 +39,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from reachstore.audit.v1 import audit_service_pb2 as pb
 from reachstore.audit.v1 import audit_service_pb2_grpc as pb_grpc
 from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
-from services.audit.outbox import storable_text
+from services.audit_client.outbox import storable_text
 from services.common import database_errors, errors
 from services.common.channels import grpc_target, service_config
 from services.common.tls import PLAIN, TlsFiles, secure_aio_channel

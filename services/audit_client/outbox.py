@@ -44,7 +44,7 @@ from typing import Any, cast
 from sqlalchemy import Table, event, insert
 from sqlalchemy.orm import ORMExecuteState, Session, sessionmaker
 
-from services.audit.chain import canonical_json
+from services.common.canonical import canonical_json
 from services.common.pii import Masker
 from services.common.timefmt import rfc3339
 from services.storage.audit_models import AuditOutboxRow
