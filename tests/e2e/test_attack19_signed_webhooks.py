@@ -49,6 +49,13 @@ def test_a_bearer_token_ending_in_a_newline_stops_reach_at_start_without_showing
             tmp_path / "reach.toml", webhook_channel("signed", hooks.url, webhook_extra=SIGNED)
         )
         env["REACHSTORE_REACH_CONFIG"] = str(config)
+        subprocess.run(
+            [sys.executable, "-m", "services.cli", "migrate", "--database-url", database_url],
+            env=env,
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
         done = subprocess.run(
             [sys.executable, "-m", "services.cli", "serve", "reach"],
             env=env,
