@@ -36,7 +36,7 @@ from services.bridge.openapi import build_openapi
 from services.bridge.request_builder import build_request
 from services.bridge.routes import Route, RouteTable
 from services.bridge.web_guard import WebGuard, WebGuardMiddleware
-from services.common import errors
+from services.common import errors, otel, tracing
 from services.common.config import Settings
 
 log = logging.getLogger(__name__)
@@ -106,7 +106,8 @@ class Bridge:
         request_id = uuid.uuid4().hex
         started = time.perf_counter()
         try:
-            response = await self._dispatch(request, request_id)
+            with tracing.bound(tracing.caller_trace(request.headers.get("traceparent", ""))):
+                response = await self._dispatch(request, request_id)
         except ClientDisconnect:
             log.info("client went away (request_id=%s)", request_id)
             return
@@ -256,7 +257,8 @@ def create_app(
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
-        middleware=[Middleware(WebGuardMiddleware, guard=guard)],
+        # Tracing outermost: refused requests are traced too.
+        middleware=[*otel.asgi_middleware(), Middleware(WebGuardMiddleware, guard=guard)],
     )
     # "{path:path}" does not match a path holding a newline (%0A); such paths still get
     # our 404 body rather than Starlette's plain-text one.

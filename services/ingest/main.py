@@ -9,7 +9,7 @@ from reachstore.admin.v1 import key_service_pb2, key_service_pb2_grpc
 from reachstore.ingest.v1 import ingest_service_pb2, ingest_service_pb2_grpc
 from services.admin.api.keys import KeyServicer
 from services.audit.wiring import auditing
-from services.common import logs
+from services.common import logs, otel
 from services.common.config import Settings
 from services.common.limits import RequestLimiter
 from services.common.runner import serve
@@ -32,6 +32,7 @@ SERVICES = [
 def main() -> None:
     settings = Settings.from_env(default_listen="127.0.0.1:50052")
     logs.configure("ingest", settings.log_level)
+    otel.start("ingest")
     # First, before any thread or connection exists: the copies are forked from here.
     embedder = ForkedEmbedders.start(
         default_embedder(settings.embed_threads),

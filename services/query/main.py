@@ -15,7 +15,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 from reachstore.query.v1 import query_service_pb2, query_service_pb2_grpc  # noqa: E402
 from services.audit.outbox_metrics import OutboxGauges  # noqa: E402
 from services.audit.wiring import auditing  # noqa: E402
-from services.common import logs  # noqa: E402
+from services.common import logs, otel  # noqa: E402
 from services.common.config import Settings  # noqa: E402
 from services.common.limits import RequestLimiter  # noqa: E402
 from services.common.runner import serve  # noqa: E402
@@ -123,6 +123,7 @@ async def _run(settings: Settings) -> None:
 def main() -> None:
     settings = Settings.from_env(default_listen="127.0.0.1:50051")
     logs.configure("query", settings.log_level)
+    otel.start("query")
     asyncio.run(_run(settings))
 
 
