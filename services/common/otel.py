@@ -2,10 +2,11 @@
 
 Off (the default) costs one ``enabled()`` check where a span would start: no OpenTelemetry
 module is imported, no tracer provider is installed, nothing is exported. On, each process
-installs one SDK tracer provider; the gRPC servers and channels, the bridge's ASGI app, the
-webhook channel's HTTP client and the SQLAlchemy engines are instrumented with the official
-``opentelemetry-instrumentation-*`` packages (the ``[otel]`` extra). The services run
-without that extra installed: ``setup`` then logs once that tracing stays off.
+installs one SDK tracer provider; the gRPC servers and channels, the bridge's ASGI app and
+the webhook channel's HTTP client are instrumented with the official
+``opentelemetry-instrumentation-*`` packages (the ``[otel]`` extra), SQL statements by
+``instrument_engine`` here. The services run without that extra installed: ``setup`` then
+logs once that tracing stays off.
 
 What turns tracing on, and why these and no others (docs/OPERATIONS.md, "Tracing"):
 ``OTEL_TRACES_EXPORTER`` naming an exporter other than ``none``, or an OTLP endpoint
@@ -128,12 +129,26 @@ def new_provider(component: str, env: Mapping[str, str] | None = None) -> Any:
 
 def install(provider: Any) -> None:
     """Makes ``provider`` this process's tracer provider (once per process: the API allows
-    one global provider, which the instrumentation packages use)."""
+    one global provider). The instrumentation here is always handed ``provider``
+    explicitly, so ``using`` can trace one block of a test without the global."""
     from opentelemetry import trace
 
     global _provider
     trace.set_tracer_provider(provider)
     _provider = trace.get_tracer_provider()
+
+
+@contextlib.contextmanager
+def using(provider: Any) -> Iterator[Any]:
+    """Traces with ``provider`` inside the block (servers, channels and apps made inside
+    are instrumented), leaving the process's global provider alone."""
+    global _provider
+    before = _provider
+    _provider = provider
+    try:
+        yield provider
+    finally:
+        _provider = before
 
 
 def _id_generator() -> Any:
@@ -154,9 +169,13 @@ def server_interceptors() -> list[Any]:
     and the call's audit event sees its trace id); none while tracing is off."""
     if not enabled():
         return []
-    from opentelemetry.instrumentation.grpc import aio_server_interceptor
+    from opentelemetry.instrumentation.grpc import aio_server_interceptor, filters
 
-    return [aio_server_interceptor(tracer_provider=_provider)]
+    # Health and reflection stay untraced: their streaming handlers write to the context
+    # instead of yielding, which the instrumentation's stream wrapper cannot run, and a
+    # health probe every few seconds is noise in a trace store.
+    untraced = filters.any_of(filters.health_check(), filters.service_prefix("grpc.reflection"))
+    return [aio_server_interceptor(tracer_provider=_provider, filter_=filters.negate(untraced))]
 
 
 def client_interceptors() -> list[Any]:
@@ -164,9 +183,12 @@ def client_interceptors() -> list[Any]:
     ``traceparent`` in the call's metadata (replacing any the caller put there)."""
     if not enabled():
         return []
-    from opentelemetry.instrumentation.grpc import aio_client_interceptors
+    from opentelemetry.instrumentation.grpc import aio_client_interceptors, filters
 
-    return list(aio_client_interceptors(tracer_provider=_provider))
+    untraced = filters.health_check()
+    return list(
+        aio_client_interceptors(tracer_provider=_provider, filter_=filters.negate(untraced))
+    )
 
 
 def asgi_middleware() -> list[Any]:
@@ -190,13 +212,46 @@ def instrument_httpx(client: Any) -> Any:
 
 
 def instrument_engine(engine: Any) -> None:
-    """A span per SQL statement run by ``engine``."""
-    if enabled():
-        from opentelemetry.instrumentation.sqlalchemy import SQLAlchemyInstrumentor
+    """A client span per SQL statement run by ``engine``, under the span of the call that
+    ran it (``asyncio.to_thread`` carries the context to the worker thread). The statement
+    is recorded as SQLAlchemy sends it: placeholders, never the bound values."""
+    if not enabled():
+        return
+    from opentelemetry import trace
+    from opentelemetry.trace import SpanKind, Status, StatusCode
+    from sqlalchemy import event
 
-        SQLAlchemyInstrumentor().instrument(
-            engine=engine, tracer_provider=_provider, enable_commenter=False
+    tracer = trace.get_tracer("reachstore.sql", tracer_provider=_provider)
+    system = engine.dialect.name
+
+    def before(
+        conn: Any, cursor: Any, statement: str, params: Any, context: Any, many: bool
+    ) -> None:
+        operation = statement.lstrip().split(None, 1)[0].upper() if statement.strip() else "SQL"
+        context._reachstore_span = tracer.start_span(
+            f"{operation} {system}",
+            kind=SpanKind.CLIENT,
+            attributes={"db.system.name": system, "db.query.text": statement[:2000]},
         )
+
+    def after(
+        conn: Any, cursor: Any, statement: str, params: Any, context: Any, many: bool
+    ) -> None:
+        span = getattr(context, "_reachstore_span", None)
+        if span is not None:
+            span.end()
+
+    def failed(exception_context: Any) -> None:
+        context = exception_context.execution_context
+        span = getattr(context, "_reachstore_span", None) if context is not None else None
+        if span is not None:
+            error = exception_context.original_exception
+            span.set_status(Status(StatusCode.ERROR, type(error).__name__))
+            span.end()
+
+    event.listen(engine, "before_cursor_execute", before)
+    event.listen(engine, "after_cursor_execute", after)
+    event.listen(engine, "handle_error", failed)
 
 
 def current_ids() -> tuple[str, str] | None:

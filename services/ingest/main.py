@@ -32,12 +32,13 @@ SERVICES = [
 def main() -> None:
     settings = Settings.from_env(default_listen="127.0.0.1:50052")
     logs.configure("ingest", settings.log_level)
-    otel.start("ingest")
     # First, before any thread or connection exists: the copies are forked from here.
     embedder = ForkedEmbedders.start(
         default_embedder(settings.embed_threads),
         processes_wanted(settings.ingest_embed_processes),
     )
+    # After the fork: the span exporter runs a thread of its own.
+    otel.start("ingest")
     engine = make_engine(settings.database_url)
     init_schema(engine)
     sessions = make_sessions(engine)
