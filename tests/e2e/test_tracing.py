@@ -264,7 +264,7 @@ def test_a_hostile_traceparent_neither_breaks_the_call_nor_reaches_the_receiver(
     assert OVERSIZE_TRACESTATE not in headers.get("tracestate", "")
     assert len(headers.get("tracestate", "")) <= 512
     # The audit event of the submitting call names the trace that was exported.
-    assert [e["method"] for e in _audited_traces(traced, trace_id)] == ["SubmitTask"]
+    assert "SubmitTask" in [e["method"] for e in _audited_traces(traced, trace_id)]
 
 
 def test_an_oversize_tracestate_with_a_valid_traceparent_is_not_passed_on(
