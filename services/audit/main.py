@@ -23,7 +23,7 @@ from services.audit.signing import (
 from services.audit.store import AuditStore
 from services.audit.verify_settings import Verifier, cadence_from_env
 from services.audit.witness import Delivery, Witness, witnesses_from_env
-from services.common import logs, pii
+from services.common import logs, otel, pii
 from services.common.config import Settings
 from services.common.metrics_registry import component_registries
 from services.common.rpc_metrics import RpcMetrics
@@ -88,6 +88,7 @@ def main() -> None:
     settings = Settings.from_env(default_listen="127.0.0.1:50054")
     logs.configure("audit", settings.log_level)
     refuse_unless_at_head(settings.database_url, "audit")
+    otel.start("audit")
     key = private_key_from_env(os.environ)
     witnesses = witnesses_from_env(os.environ)
     cadence_from_env(os.environ, settings.audit_checkpoint_s)  # a bad grace fails here

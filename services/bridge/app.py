@@ -37,7 +37,7 @@ from services.bridge.openapi import build_openapi
 from services.bridge.request_builder import build_request
 from services.bridge.routes import Route, RouteTable
 from services.bridge.web_guard import WebGuard, WebGuardMiddleware
-from services.common import errors
+from services.common import errors, otel, tracing
 from services.common.config import Settings
 from services.common.metrics_registry import component_registries
 
@@ -109,7 +109,8 @@ class Bridge:
         request_id = uuid.uuid4().hex
         started = time.perf_counter()
         try:
-            response = await self._dispatch(request, request_id)
+            with tracing.bound(tracing.caller_trace(request.headers.get("traceparent", ""))):
+                response = await self._dispatch(request, request_id)
         except ClientDisconnect:
             log.info("client went away (request_id=%s)", request_id)
             return
@@ -270,7 +271,9 @@ def create_app(
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
+        # Tracing outermost: refused requests are traced too; then the HTTP metrics.
         middleware=[
+            *otel.asgi_middleware(),
             Middleware(HttpMetricsMiddleware, metrics=http_metrics),
             Middleware(WebGuardMiddleware, guard=guard),
         ],

@@ -20,7 +20,7 @@ import uvicorn
 from services.bridge.app import create_app
 from services.bridge.slow_clients import GuardedHttpProtocol, guarded_protocol
 from services.bridge.web_guard import listen_host
-from services.common import logs
+from services.common import logs, otel
 from services.common.config import ConfigError, Settings
 from services.common.metrics_http import serve_metrics
 from services.common.supervised import watch_supervisor
@@ -132,6 +132,7 @@ def main() -> None:
         sys.stderr.write(f"bridge: {exc}\n")
         raise SystemExit(2) from None
     logs.configure("bridge", settings.log_level)
+    otel.start("bridge")
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _exit_quietly)
     asyncio.run(serve(settings))

@@ -27,11 +27,12 @@ from grpc_reflection.v1alpha import reflection
 from grpc_status import rpc_status
 
 from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
-from services.common import database_errors, errors, identity, limits, nul_strings, wire
+from services.common import database_errors, errors, identity, limits, nul_strings, otel, wire
 from services.common.auth import Authenticator, Caller
 from services.common.limits import CallKind, RequestLimiter
 from services.common.rpc_metrics import NONE, RpcMetrics, category_name, partial_category
 from services.common.tls import PLAIN, TlsFiles
+from services.common.tracing import TraceInterceptor
 
 log = logging.getLogger(__name__)
 
@@ -330,10 +331,14 @@ def create_server(
     also listens on every ``also_listen`` address (same services, same credentials). With
     ``metrics``, every call is counted there (``services/common/rpc_metrics.py``).
     """
-    server = grpc.aio.server(
-        interceptors=[_CallGuard(Guards(authenticator, limiter, audit, metrics))],
-        options=GRPC_OPTIONS,
-    )
+    # Tracing first (outermost): its span covers the guard, so the audit event of the call
+    # and every log line in it carry the span's trace id.
+    interceptors = [
+        *otel.server_interceptors(),
+        TraceInterceptor(),
+        _CallGuard(Guards(authenticator, limiter, audit, metrics)),
+    ]
+    server = grpc.aio.server(interceptors=interceptors, options=GRPC_OPTIONS)
     names = list(service_names)
     for register in registrars:
         register(server)

@@ -7,6 +7,7 @@ import logging
 import sys
 import time
 
+from services.common import tracing
 from services.common.pii import Masker, default_masker
 
 # Context a log call may pass as ``extra={...}``; it becomes fields of the JSON line, so
@@ -38,6 +39,11 @@ class JsonFormatter(logging.Formatter):
             value = getattr(record, field, None)
             if value is not None:
                 entry[field] = value
+        if "trace_id" not in entry:
+            # The current span's trace when tracing is on, else the call's caller-given one.
+            trace_id = tracing.log_trace_id()
+            if trace_id:
+                entry["trace_id"] = trace_id
         if record.exc_info:
             entry["exc"] = self._mask(self.formatException(record.exc_info))
         return json.dumps(entry, ensure_ascii=False)

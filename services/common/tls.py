@@ -29,6 +29,7 @@ from typing import Any
 
 import grpc
 
+from services.common import otel
 from services.common.config_errors import ConfigError
 
 CERT_FILE = "REACHSTORE_TLS_CERT_FILE"
@@ -146,9 +147,11 @@ def secure_aio_channel(
     """The ``grpc.aio`` form of ``secure_channel``."""
     options = [*(options or []), *tls.channel_options(target)]
     credentials = tls.channel_credentials()
+    # With tracing on, every call gets a client span and carries its traceparent.
+    interceptors = otel.client_interceptors()
     if credentials is None:
-        return grpc.aio.insecure_channel(target, options=options)
-    return grpc.aio.secure_channel(target, credentials, options=options)
+        return grpc.aio.insecure_channel(target, options=options, interceptors=interceptors)
+    return grpc.aio.secure_channel(target, credentials, options=options, interceptors=interceptors)
 
 
 def _first_host(target: str) -> str:

@@ -9,7 +9,7 @@ from reachstore.admin.v1 import key_service_pb2, key_service_pb2_grpc
 from reachstore.ingest.v1 import ingest_service_pb2, ingest_service_pb2_grpc
 from services.admin.api.keys import KeyServicer
 from services.audit_client.wiring import auditing
-from services.common import logs
+from services.common import logs, otel
 from services.common.config import Settings
 from services.common.metrics_http import serve_metrics
 from services.common.metrics_registry import component_registries
@@ -43,6 +43,8 @@ def main() -> None:
         default_embedder(settings.embed_threads),
         processes_wanted(settings.ingest_embed_processes),
     )
+    # After the fork: the span exporter runs a thread of its own.
+    otel.start("ingest")
     engine = make_engine(settings.database_url)
     sessions = make_sessions(engine)
     auditor, shipping, _ = auditing(sessions, settings, ["ingest", "admin"])

@@ -15,7 +15,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 from reachstore.query.v1 import query_service_pb2, query_service_pb2_grpc  # noqa: E402
 from services.audit_client.outbox_metrics import OutboxGauges  # noqa: E402
 from services.audit_client.wiring import auditing  # noqa: E402
-from services.common import logs  # noqa: E402
+from services.common import logs, otel  # noqa: E402
 from services.common.config import Settings  # noqa: E402
 from services.common.rpc_metrics import RpcMetrics  # noqa: E402
 from services.common.runner import serve  # noqa: E402
@@ -126,6 +126,7 @@ def main() -> None:
     settings = Settings.from_env(default_listen="127.0.0.1:50051")
     logs.configure("query", settings.log_level)
     refuse_unless_at_head(settings.database_url, "query")
+    otel.start("query")
     asyncio.run(_run(settings))
 
 

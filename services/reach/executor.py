@@ -39,7 +39,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
-from services.common import database_errors, errors
+from services.common import database_errors, errors, otel
 from services.reach import states as st
 from services.reach.channels.base import Answer, Channel, ChannelError, Outgoing, Status
 from services.reach.config import LEASE_MARGIN_S, ChannelConfig, ReachConfig
@@ -175,6 +175,19 @@ class Executor:
                 await asyncio.wait(inflight, timeout=10)
 
     async def _step(self, claim: Claim) -> None:
+        # With tracing on, the step is a span of the trace of the call that submitted the
+        # task (``otel.action_span``), and the receiver sees it (or the HTTP/gRPC client span
+        # under it) as the parent in its traceparent.
+        attributes = {
+            "reachstore.action_id": claim.action_id,
+            "reachstore.task_id": claim.task_id,
+            "reachstore.channel": claim.channel,
+        }
+        name = f"reach.action {claim.state.lower()}"
+        with otel.action_span(name, claim.task_id, claim.trace_id, attributes):
+            await self._step_traced(claim)
+
+    async def _step_traced(self, claim: Claim) -> None:
         try:
             cfg = self._config.channels.get(claim.channel)
             channel = self._channels.get(claim.channel)

@@ -12,7 +12,7 @@ import os
 
 from reachstore.reach.v1 import reach_service_pb2, reach_service_pb2_grpc
 from services.audit_client.wiring import auditing
-from services.common import logs
+from services.common import logs, otel
 from services.common.config import Settings
 from services.common.metrics_registry import component_registries
 from services.common.rpc_metrics import RpcMetrics
@@ -124,6 +124,7 @@ def main() -> None:
     settings = Settings.from_env(default_listen="127.0.0.1:50053")
     logs.configure("reach", settings.log_level)
     refuse_unless_at_head(settings.database_url, "reach")
+    otel.start("reach")
     # Bad configuration stops the process before it serves anything (`up` reports it).
     config = load_config(settings.reach_config)
     channels = build_channels(config)

@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event, exc
 from sqlalchemy.orm import Session, sessionmaker
 
+from services.common import otel
 from services.storage import audit_models, reach_models  # noqa: F401 - registers their tables
 
 
@@ -31,9 +32,10 @@ def make_engine(url: str) -> Engine:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
         event.listen(engine, "connect", _sqlite_pragmas)
-        return engine
-    engine = create_engine(url, pool_size=10, max_overflow=10)
-    event.listen(engine, "checkout", _replace_if_gone)
+    else:
+        engine = create_engine(url, pool_size=10, max_overflow=10)
+        event.listen(engine, "checkout", _replace_if_gone)
+    otel.instrument_engine(engine)
     return engine
 
 

@@ -20,7 +20,7 @@ from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
 from reachstore.reach.v1 import reach_service_pb2 as pb
 from reachstore.reach.v1 import reach_service_pb2_grpc as pb_grpc
 from services.audit_client import outbox
-from services.common import errors, names, paging
+from services.common import errors, names, otel, paging
 from services.common.auth import Caller
 from services.common.identity import caller
 from services.common.pii import Masker
@@ -102,6 +102,8 @@ class ReachServicer(OperatorCalls, pb_grpc.ReachServiceServicer):
             # The clock is read inside the reservation's transaction.
             reserved = await asyncio.to_thread(self._store.reserve_planned, plan_at)
             if not reserved.deduplicated:
+                # The span the task's sends name as their parent (``otel.task_span``).
+                otel.task_span(reserved.task.task_id, reserved.task.trace_id)
                 self._wake()
             return pb.SubmitTaskResponse(
                 task=convert.task_to_pb(reserved.task, reserved.actions),

@@ -16,6 +16,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from services.common import otel
 from services.common.config_errors import ConfigError
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -153,12 +154,17 @@ def json_default(value: object) -> object:
 
 
 def traceparent(trace_id: str) -> str:
-    """A W3C ``traceparent`` value carrying the action's trace id and a fresh span id.
+    """A W3C ``traceparent`` value: with tracing on, the current span's (the send's span,
+    which the exported trace holds); else the action's trace id and a fresh span id. Never
+    a caller's header passed through.
 
     A trace id that is not 32 lowercase hex digits (or is all zeros, which W3C forbids)
     is replaced by a stable digest of itself, so that the receiver still sees one trace
     per action rather than a header it must drop.
     """
+    current = otel.current_traceparent()
+    if current:
+        return current
     if not _TRACE_ID.fullmatch(trace_id) or trace_id == "0" * 32:
         trace_id = hashlib.sha256(trace_id.encode()).hexdigest()[:32]
     return f"00-{trace_id}-{secrets.token_hex(8)}-01"

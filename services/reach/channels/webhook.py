@@ -40,6 +40,7 @@ from urllib.parse import quote
 
 import httpx
 
+from services.common import otel
 from services.reach.channels.base import (
     SNIPPET_CHARS,
     Answer,
@@ -254,6 +255,7 @@ class WebhookChannel:
                 trust_env=False,  # receivers are reached as configured, not via env proxies
                 headers={"User-Agent": "reachstore-reach"},
             )
+            otel.instrument_httpx(self._client)
         return self._client
 
     def _headers(self, action: Outgoing) -> dict[str, str]:
