@@ -224,6 +224,18 @@ def _method_not_allowed(
     return error_responses.from_error(error, request_id, {"Allow": ", ".join(allowed)})
 
 
+class _CountedConsole:
+    """The console's files under one metrics route. A class, not a function: Starlette
+    calls a function endpoint with a request, an object with the ASGI triple."""
+
+    def __init__(self, console: Console) -> None:
+        self._console = console
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        set_route(scope, CONSOLE_ROUTE)  # one series for all of the console's files
+        await self._console(scope, receive, send)
+
+
 def create_app(
     settings: Settings,
     channels: Mapping[str, grpc.aio.Channel] | None = None,
@@ -256,12 +268,7 @@ def create_app(
     # An ASGI endpoint (not a function) makes Starlette pass every method through, so 405
     # and 404 answers are ours, in the error shape, never Starlette's plain-text pages.
     # The operator console's static files; the page itself calls the API routes below.
-    console = Console()
-
-    async def console_counted(scope: Scope, receive: Receive, send: Send) -> None:
-        set_route(scope, CONSOLE_ROUTE)  # one series for all of the console's files
-        await console(scope, receive, send)
-
+    console_counted = _CountedConsole(Console())
     routes = [
         StarletteRoute(CONSOLE_PREFIX, endpoint=console_counted),
         StarletteRoute(CONSOLE_PREFIX + "/{file:path}", endpoint=console_counted),
