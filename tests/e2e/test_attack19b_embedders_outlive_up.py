@@ -14,17 +14,10 @@ import pytest
 
 from tests.e2e.system import RunningSystem
 from tests.e2e.test_ingest_embed_processes import children
+from tests.e2e.test_supervision import _alive
 
 pytestmark = pytest.mark.e2e
 GONE_WITHIN_SECONDS = 10.0
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def _gone(pids: list[int]) -> list[int]:
