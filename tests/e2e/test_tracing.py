@@ -215,19 +215,26 @@ def test_a_reach_action_is_one_trace_from_the_bridge_to_the_receiver(
     version, trace_id, parent, flags = headers["traceparent"].split("-")
     assert (version, trace_id, flags) == ("00", CALLER_TRACE, "01")
 
-    def has_parent(spans: list[ExportedSpan]) -> bool:
-        return any(s.span_id == parent for s in spans)
+    def chain_of(spans: list[ExportedSpan]) -> list[tuple[str, str]]:
+        """(service, name) from the span the receiver was told of up through its parents."""
+        by_id = {s.span_id: s for s in _trace(spans, CALLER_TRACE)}
+        chain, span = [], by_id.get(parent)
+        while span is not None:
+            chain.append((span.service, span.name))
+            span = by_id.get(span.parent_span_id)
+        return chain
 
-    spans = _trace(otlp.wait_for(has_parent), CALLER_TRACE)
+    # Each process exports on its own timer: wait until the bridge's spans are in too.
+    def complete(spans: list[ExportedSpan]) -> bool:
+        chain = chain_of(spans)
+        return bool(chain) and chain[-1][0] == "reachstore-bridge"
+
+    spans = _trace(otlp.wait_for(complete, timeout=40), CALLER_TRACE)
     by_id = {s.span_id: s for s in spans}
     # The span the receiver was told about exists in the exported trace, and its chain
     # of parents runs back through reach to the bridge's request span.
     assert parent in by_id, sorted({(s.service, s.name) for s in spans})
-    chain = []
-    span: ExportedSpan | None = by_id[parent]
-    while span is not None:
-        chain.append((span.service, span.name))
-        span = by_id.get(span.parent_span_id)
+    chain = chain_of(spans)
     services = [service for service, _ in chain]
     assert services[0] == "reachstore-reach" and services[-1] == "reachstore-bridge", chain
     assert ("reachstore-reach", "reach.task accepted") in chain
