@@ -13,18 +13,11 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.system import RunningSystem
+from tests.e2e.test_lifecycle import _alive
 
 # Every component `up` starts, each with its pid file in <data>/run.
 COMPONENTS = ("query", "ingest", "reach", "audit", "bridge")
 GONE_WITHIN_SECONDS = 10.0
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def _ports(system: RunningSystem) -> list[int]:
