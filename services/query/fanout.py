@@ -7,6 +7,11 @@ took 2 ms. So the jobs start in a single worker thread, in order. Independence i
 stealing: a job that has not started ``steal_after_s`` after the fan-out began is given a
 thread of its own, so a slow namespace delays the others by at most that long, never by
 its whole budget. A job still unstarted when its caller stops waiting never starts.
+
+A query alone in its process (``spread=True``) has a core to spare: its jobs are split over
+two threads from the start. The second thread is woken while the first runs the prelude
+(the question's embedding, ~2 ms), so its wake-up costs the query nothing, and the dense
+searches (faiss releases the interpreter lock) of the two halves overlap.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ class FanOut(Generic[T]):
         jobs: Mapping[str, Callable[[], T]],
         steal_after_s: float = DEFAULT_STEAL_AFTER_S,
         prelude: Callable[[], None] | None = None,
+        spread: bool = False,
     ) -> None:
         self._loop = asyncio.get_running_loop()
         self._pool = pool
@@ -59,7 +65,13 @@ class FanOut(Generic[T]):
         self._closed = False
         self._stealer: asyncio.TimerHandle | None = None
         if self._jobs:
-            pool.submit(self._run_first, list(self._jobs))
+            keys = list(self._jobs)
+            if spread and len(keys) > 1:
+                half = (len(keys) + 1) // 2
+                pool.submit(self._run_first, keys[:half])
+                pool.submit(self._run_after_prelude, keys[half:])
+            else:
+                pool.submit(self._run_first, keys)
             self._stealer = self._loop.call_later(steal_after_s, self._steal)
 
     def _claim(self, key: str) -> bool:
@@ -75,13 +87,17 @@ class FanOut(Generic[T]):
                 self._prelude()
             except Exception as exc:  # noqa: BLE001 - re-raised by the caller of results()
                 self.prelude_error = exc
-                for key in keys:
-                    self._claim(key)
-                    with self._lock:
-                        self._ready.append((key, (None, exc)))
+                for key in self._jobs:  # the other thread's half too: it runs none
+                    if self._claim(key):
+                        with self._lock:
+                            self._ready.append((key, (None, exc)))
             finally:
                 self._started = time.monotonic()  # the jobs' own clock starts now
                 self._prelude_done.set()
+        self._run(keys)
+
+    def _run_after_prelude(self, keys: list[str]) -> None:
+        self._prelude_done.wait()
         self._run(keys)
 
     def _run(self, keys: list[str]) -> None:

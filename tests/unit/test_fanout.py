@@ -156,3 +156,49 @@ def test_a_failing_prelude_is_reported_once(pool) -> None:  # type: ignore[no-un
     outcomes, error = asyncio.run(main())
     assert isinstance(error, OSError)
     assert all(isinstance(v, OSError) for v in outcomes.values())
+
+
+def test_spread_jobs_run_on_two_threads_after_the_prelude(pool) -> None:  # type: ignore[no-untyped-def]
+    prelude_over = threading.Event()
+    seen: dict[str, tuple[int, bool]] = {}
+
+    def prelude() -> None:
+        time.sleep(0.05)  # the second thread is awake and waiting by now
+        prelude_over.set()
+
+    def job(key: str) -> str:
+        seen[key] = (threading.get_ident(), prelude_over.is_set())
+        return key.upper()
+
+    async def main() -> dict[str, object]:
+        jobs = {k: (lambda k=k: job(k)) for k in "abcd"}
+        fanout = FanOut(pool, jobs, prelude=prelude, spread=True)
+        try:
+            return await fanout.results(5.0)
+        finally:
+            fanout.close()
+
+    assert asyncio.run(main()) == {"a": "A", "b": "B", "c": "C", "d": "D"}
+    assert all(after for _, after in seen.values())  # no job ran before the prelude ended
+    assert seen["a"][0] == seen["b"][0] != seen["c"][0] == seen["d"][0]
+
+
+def test_a_failing_prelude_fails_both_halves_of_a_spread_once(pool) -> None:  # type: ignore[no-untyped-def]
+    ran: list[str] = []
+
+    def prelude() -> None:
+        time.sleep(0.02)
+        raise OSError("store unreachable")
+
+    async def main() -> dict[str, object]:
+        jobs = {k: (lambda k=k: ran.append(k)) for k in "abcde"}
+        fanout = FanOut(pool, jobs, prelude=prelude, spread=True)
+        try:
+            return await fanout.results(1.0)
+        finally:
+            fanout.close()
+
+    outcomes = asyncio.run(main())
+    assert ran == []
+    assert sorted(outcomes) == list("abcde")
+    assert all(isinstance(v, OSError) for v in outcomes.values())

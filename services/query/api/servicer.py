@@ -111,6 +111,9 @@ class QueryServicer(NamespaceHealthCalls, pb_grpc.QueryServiceServicer):
         self.metrics = metrics or QueryMetrics()
         self._limiter = limiter
         self.coverage = coverage or CoverageLog()
+        # Queries under way in this process (on the event loop: no lock). One alone spreads
+        # its namespaces over two threads (fanout.py).
+        self._in_flight = 0
 
     # --- request checks -----------------------------------------------------------------
 
@@ -201,10 +204,12 @@ class QueryServicer(NamespaceHealthCalls, pb_grpc.QueryServiceServicer):
             name: functools.partial(self._namespace_job, shared, who.tenant, name, tokens[name])
             for name in requested
         }
-        fanout = FanOut(self._pool, jobs, prelude=prelude)
+        self._in_flight += 1
+        fanout = FanOut(self._pool, jobs, prelude=prelude, spread=self._in_flight == 1)
         try:
             finished = await fanout.results(budget_ms / 1000, PREPARE_ALLOWANCE_S)
         finally:
+            self._in_flight -= 1
             fanout.close()
         if fanout.prelude_error is not None:
             raise fanout.prelude_error
