@@ -41,9 +41,10 @@ FINISHED = {"completed", "failed", "cancelled"}
 
 
 def text_of(namespace: str, n: int, version: int) -> str:
-    """Mostly one chunk; every seventh document several (a half-stored one shows)."""
+    """One chunk, or (every other document) several, so that a commit writes enough rows
+    to be caught in the middle, and a half-stored document would show."""
     sentence = f"Version {version} of note {n} in {namespace}: the ferry left pier {n % 11}."
-    return " ".join([sentence] * (40 if n % 7 == 0 else 1))
+    return " ".join([sentence] * (60 if n % 2 == 0 else 1))
 
 
 @pytest.fixture
@@ -197,8 +198,8 @@ def test_kills_during_commits_leave_no_document_half_stored_and_every_task_done(
         mark = database.mark("started")
         deadline = time.monotonic() + 60
         while not indexing_since(database, mark) and time.monotonic() < deadline:
-            time.sleep(0.005)
-        time.sleep(rng.uniform(0, 0.05))
+            pass  # no pause: a commit lasts milliseconds
+        time.sleep(rng.uniform(0, 0.005))
         ingest.kill()
         landed.append(in_commit(database))
         # Right after the kill, before any re-run could mend a half-written document.
