@@ -31,8 +31,10 @@ from typing import Any, cast
 
 from sqlalchemy import (
     CursorResult,
+    Table,
     delete,
     func,
+    insert,
     select,
     update,
 )
@@ -44,6 +46,7 @@ from services.storage.clock import db_clock
 from services.storage.models import TaskRow, utcnow
 
 log = logging.getLogger(__name__)
+_TASKS = cast(Table, TaskRow.__table__)
 
 QUEUED, PROCESSING, COMPLETED, FAILED, CANCELLING, CANCELLED = (
     "queued",
@@ -179,33 +182,53 @@ class TaskStore:
     def enqueue(
         self, tenant: str, tasks: Sequence[NewTask], submitted_by: str = ""
     ) -> list[TaskInfo]:
-        """Stores tasks as queued, all in one transaction; returns them in order."""
+        """Stores tasks as queued, all in one transaction; returns them in order. One Core
+        executemany: a batch's ORM objects cost more than its insert."""
         now = utcnow()
+        ids = [new_task_id() for _ in tasks]
         rows = [
-            TaskRow(
-                task_id=new_task_id(),
-                tenant=tenant,
-                namespace=t.namespace,
-                document_id=t.document_id,
-                text=t.text,
-                text_bytes=len(t.text.encode()),
-                metadata_json=json.dumps(t.metadata, ensure_ascii=False),
-                on_duplicate=t.on_duplicate,
-                submitted_by=submitted_by,
-                state=QUEUED,
-                phase="",
-                percent=0,
-                error_code="",
-                error_message="",
-                error_data_json="{}",
-                created_at=now,
-                updated_at=now,
-            )
-            for t in tasks
+            {
+                "task_id": task_id,
+                "tenant": tenant,
+                "namespace": t.namespace,
+                "document_id": t.document_id,
+                "text": t.text,
+                "text_bytes": len(t.text.encode()),
+                "metadata_json": json.dumps(t.metadata, ensure_ascii=False),
+                "on_duplicate": t.on_duplicate,
+                "submitted_by": submitted_by,
+                "state": QUEUED,
+                "phase": "",
+                "percent": 0,
+                "error_code": "",
+                "error_message": "",
+                "error_data_json": "{}",
+                "created_at": now,
+                "updated_at": now,
+            }
+            for task_id, t in zip(ids, tasks, strict=True)
         ]
-        with self._sessions.begin() as session:
-            session.add_all(rows)
-        return [_info(r) for r in rows]
+        if rows:
+            with self._sessions.begin() as session:
+                session.execute(insert(_TASKS), rows)
+        return [
+            TaskInfo(
+                task_id,
+                tenant,
+                t.namespace,
+                t.document_id,
+                QUEUED,
+                "",
+                0,
+                "",
+                "",
+                {},
+                now,
+                now,
+                submitted_by,
+            )
+            for task_id, t in zip(ids, tasks, strict=True)
+        ]
 
     def enqueue_refused(
         self,
