@@ -113,6 +113,13 @@ class Stored:
             def rows(sql: str) -> list[tuple[Any, ...]]:
                 return [tuple(row) for row in conn.execute(sqlalchemy.text(sql))]
 
+            # The tasks first: the reads below are separate snapshots (SQLite's driver
+            # opens no transaction for a SELECT), so only once every task is seen
+            # finished are they sure to show one state of a store nothing writes to.
+            tasks = rows("SELECT state, error_code FROM ingest_tasks")
+            completed = set(
+                rows("SELECT namespace, document_id FROM ingest_tasks WHERE state = 'completed'")
+            )
             names = dict(rows("SELECT id, name FROM namespaces"))
             chunks: dict[int, list[tuple[int, str, bytes]]] = {}
             for row_id, index, text, vector in rows(
@@ -135,12 +142,8 @@ class Stored:
                         "SELECT namespace_id, seq, document_id FROM namespace_changes"
                     )
                 ],
-                rows("SELECT state, error_code FROM ingest_tasks"),
-                set(
-                    rows(
-                        "SELECT namespace, document_id FROM ingest_tasks WHERE state = 'completed'"
-                    )
-                ),
+                tasks,
+                completed,
             )
 
 
