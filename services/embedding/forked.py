@@ -12,10 +12,13 @@ not replaced: embedding goes on in the ingest process itself, logged, at one cor
 
 from __future__ import annotations
 
+import atexit
+import collections
 import logging
 import multiprocessing
+import queue
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 
@@ -41,16 +44,132 @@ def _serve(conn: Connection, embedder: Embedder, parent_ends: list[Connection]) 
             texts = conn.recv()
         except (EOFError, OSError, KeyboardInterrupt):
             return  # the parent is gone or stopping
-        conn.send(embedder.embed(texts))
+        try:
+            conn.send(embedder.embed(texts))
+        except OSError:
+            return  # the parent is gone
+
+
+class Pending:
+    """Vectors being computed: ``result()`` waits for them. A part whose copy died is
+    embedded in this process instead, so a result always comes."""
+
+    def __init__(self, parts: list[_Part], fallback: Embedder) -> None:
+        self._parts, self._fallback = parts, fallback
+
+    def result(self) -> np.ndarray:
+        vectors = []
+        for part in self._parts:
+            part.done.wait()
+            if part.vectors is None:  # its copy ended before answering
+                part.vectors = self._fallback.embed(part.texts)
+            vectors.append(part.vectors)
+        if len(vectors) == 1:
+            return vectors[0]
+        return np.concatenate(vectors)
+
+
+class _Part:
+    """Texts sent to one copy, and its answer once it came."""
+
+    __slots__ = ("texts", "done", "vectors")
+
+    def __init__(self, texts: list[str]) -> None:
+        self.texts = texts
+        self.done = threading.Event()
+        self.vectors: np.ndarray | None = None
+
+
+class _Copy:
+    """One forked copy and the two threads that talk to it. The sender hands it its next
+    texts while it still embeds the previous ones, so it never waits for this process
+    (busy with the store, say) between two parts; the receiver takes its answers in the
+    order sent. Two threads, not one: a sender blocked on a full pipe must not keep the
+    answers from being read, or neither side would move."""
+
+    def __init__(self, process: BaseProcess, conn: Connection, on_lost: Callable[[], None]):
+        self.process, self.conn = process, conn
+        self._on_lost = on_lost
+        self._to_send: queue.SimpleQueue[_Part | None] = queue.SimpleQueue()
+        self._sent: collections.deque[_Part] = collections.deque()
+        self._lock = threading.Lock()
+        self.queued = 0  # texts given to this copy and not answered yet
+        self.lost = False
+        name = process.name
+        self._threads = [
+            threading.Thread(target=self._send, name=f"{name}-send", daemon=True),
+            threading.Thread(target=self._receive, name=f"{name}-receive", daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def give(self, part: _Part) -> None:
+        with self._lock:
+            if self.lost:
+                part.done.set()  # no vectors: the caller embeds it itself
+                return
+            self.queued += len(part.texts)
+            self._sent.append(part)
+        self._to_send.put(part)
+
+    def _send(self) -> None:
+        while (part := self._to_send.get()) is not None:
+            try:
+                self.conn.send(part.texts)
+            except (OSError, ValueError):  # the copy is gone; the receiver says so
+                return
+
+    def _receive(self) -> None:
+        while True:
+            try:
+                vectors = self.conn.recv()
+            except (EOFError, OSError, TypeError, ValueError):
+                self._lose()
+                return
+            with self._lock:
+                if not self._sent:
+                    return  # closed while idle
+                part = self._sent.popleft()
+                self.queued -= len(part.texts)
+            part.vectors = vectors
+            part.done.set()
+
+    def _lose(self) -> None:
+        if self._release():
+            self._on_lost()
+
+    def _release(self) -> bool:
+        """Stops taking work and lets every part waiting on this copy go without vectors
+        (their callers embed them); False if that was done already."""
+        with self._lock:
+            if self.lost:
+                return False
+            self.lost = True
+            waiting, self._sent = list(self._sent), collections.deque()
+            self.queued = 0
+        for part in waiting:
+            part.done.set()
+        self._to_send.put(None)
+        return True
+
+    def close(self, kill: bool) -> None:
+        self._release()
+        if kill:
+            self.process.kill()  # its end of the pipe closes, so the receiver stops
+        self.conn.close()
+        self.process.join(timeout=5)  # reaped, not left a zombie
 
 
 class ForkedEmbedders:
-    """An ``Embedder`` that splits each call across forked copies of ``embedder``."""
+    """An ``Embedder`` that splits each call across forked copies of ``embedder``.
+    ``submit`` starts the work and returns at once, so the caller can go on with its own
+    (the ingest worker commits one claim while the next is embedded)."""
 
     def __init__(self, embedder: Embedder, copies: list[tuple[BaseProcess, Connection]]) -> None:
         self._embedder = embedder
-        self._copies = copies
         self._lock = threading.Lock()
+        self._lost_logged = False
+        self._copies = [_Copy(process, conn, self._lose_copies) for process, conn in copies]
 
     @classmethod
     def start(cls, embedder: Embedder, processes: int) -> Embedder:
@@ -75,7 +194,10 @@ class ForkedEmbedders:
             child_end.close()
             copies.append((process, parent_end))
         log.info("embedding in %d processes: %s", processes, [p.pid for p, _ in copies])
-        return cls(embedder, copies)
+        made = cls(embedder, copies)
+        # Before multiprocessing's own exit hook ends the copies: an end at exit is no loss.
+        atexit.register(made.close)
+        return made
 
     @property
     def model_id(self) -> str:
@@ -87,43 +209,57 @@ class ForkedEmbedders:
 
     @property
     def pids(self) -> list[int]:
-        return [process.pid for process, _ in self._copies if process.pid is not None]
+        return [c.process.pid for c in self._copies if c.process.pid is not None]
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        with self._lock:
-            count = min(len(self._copies), len(texts) // MIN_TEXTS_PER_COPY)
-            if count < 2:
-                return self._embedder.embed(texts)
-            size = -(-len(texts) // count)
-            parts = [list(texts[i : i + size]) for i in range(0, len(texts), size)]
-            try:
-                for (_, conn), part in zip(self._copies, parts, strict=False):
-                    conn.send(part)
-                vectors = [conn.recv() for (_, conn), _ in zip(self._copies, parts, strict=False)]
-            except (EOFError, OSError) as exc:
-                self._lose_copies(exc)
-                return self._embedder.embed(texts)
-            return np.concatenate(vectors)
+        return self.submit(texts).result()
 
-    def _lose_copies(self, exc: BaseException) -> None:
+    def submit(self, texts: Sequence[str]) -> Pending:
+        """Hands ``texts`` to the copies in parts of equal size (a few texts per copy at
+        least), each to the copy with the least work waiting; ``result()`` gives the
+        vectors in order. Even a few texts go to a copy: this process has work of its own."""
+        with self._lock:
+            copies = [c for c in self._copies if not c.lost]
+            if not copies or not texts:
+                return _here(texts, self._embedder)
+            count = max(1, min(len(copies), len(texts) // MIN_TEXTS_PER_COPY))
+            size = -(-len(texts) // count)
+            parts = [_Part(list(texts[i : i + size])) for i in range(0, len(texts), size)]
+            for part in parts:
+                min(copies, key=lambda c: c.queued).give(part)
+            return Pending(parts, self._embedder)
+
+    def _lose_copies(self) -> None:
         """A copy died (killed, out of memory): the others may hold half-answered work, so
-        every copy goes, and this process embeds from now on."""
-        log.error(
-            "an embedding process ended (%s: %s); embedding in the ingest process from now on",
-            type(exc).__name__,
-            exc,
-        )
-        for process, conn in self._copies:
-            conn.close()
-            process.kill()
-            process.join(timeout=5)  # reaped, not left a zombie
-        self._copies = []
+        every copy goes, and this process embeds from now on. Parts not answered are
+        embedded here by whoever waits for them."""
+        with self._lock:
+            copies, self._copies = self._copies, []
+        if not copies:
+            return
+        log.error("an embedding process ended; embedding in the ingest process from now on")
+        for copy in copies:
+            copy.close(kill=True)
 
     def close(self) -> None:
-        for process, conn in self._copies:
-            conn.close()
-            process.join(timeout=5)
-        self._copies = []
+        with self._lock:
+            copies, self._copies = self._copies, []
+        for copy in copies:
+            copy.close(kill=False)
+
+
+def submit(embedder: Embedder, texts: Sequence[str]) -> Pending:
+    """``texts`` handed to ``embedder``'s copies if it has any; otherwise embedded by this
+    process when the result is asked for."""
+    if isinstance(embedder, ForkedEmbedders):
+        return embedder.submit(texts)
+    return _here(texts, embedder)
+
+
+def _here(texts: Sequence[str], embedder: Embedder) -> Pending:
+    part = _Part(list(texts))
+    part.done.set()  # without vectors: ``result()`` embeds it in this process
+    return Pending([part], embedder)
 
 
 def processes_wanted(setting: int) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from collections.abc import Sequence
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +37,20 @@ class ChunkData:
     text: str
     content_hash: str
     embedding: bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class DocumentVersion:
+    """A document ready to be committed: what replaces it, and the stored row it replaces
+    (``row_id``; None for a document the namespace does not hold)."""
+
+    namespace_id: int
+    document_id: str
+    text: str
+    metadata: dict[str, str]
+    content_sha256: str
+    chunks: Sequence[ChunkData]
+    row_id: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)

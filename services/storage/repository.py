@@ -6,11 +6,13 @@ own, so a bug in a handler cannot reach another tenant's rows.
 
 from __future__ import annotations
 
+import collections
 import json
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
+from typing import cast
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import Table, bindparam, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -23,7 +25,19 @@ from services.storage.models import (
     TaskRow,
     utcnow,
 )
-from services.storage.records import ChunkData, DocumentInfo, NamespaceInfo, StoredChunk, Usage
+from services.storage.records import (
+    ChunkData,
+    DocumentInfo,
+    DocumentVersion,
+    NamespaceInfo,
+    StoredChunk,
+    Usage,
+)
+
+# The tables themselves, for Core statements: no ORM unit of work on the ingest's path.
+_DOCUMENTS = cast(Table, DocumentRow.__table__)
+_CHUNKS = cast(Table, ChunkRow.__table__)
+_CHANGES = cast(Table, ChangeRow.__table__)
 
 
 class NamespaceExists(Exception):
@@ -234,13 +248,14 @@ class SemanticStore:
                 )
             )
 
-    def _bump_seq(self, session: Session, tenant: str, namespace_id: int) -> int:
-        """Takes the namespace's next change seq; the UPDATE also serialises writers."""
+    def _bump_seq(self, session: Session, tenant: str, namespace_id: int, by: int = 1) -> int:
+        """Takes the namespace's next ``by`` change seqs and returns the last; the UPDATE
+        also serialises writers."""
         # One statement: both engines return the updated value (SQLite since 3.35).
         return session.execute(
             update(NamespaceRow)
             .where(NamespaceRow.tenant == tenant, NamespaceRow.id == namespace_id)
-            .values(change_seq=NamespaceRow.change_seq + 1)
+            .values(change_seq=NamespaceRow.change_seq + by)
             .returning(NamespaceRow.change_seq)
         ).scalar_one()
 
@@ -262,59 +277,139 @@ class SemanticStore:
         ``known_new``: the caller has just found no such document in this transaction, so
         it is not looked up again (should one be committed meanwhile, the insert breaks
         the unique index and the transaction fails whole)."""
-        seq = self._bump_seq(session, tenant, namespace_id)
-        doc = None
+        row_id = None
         if not known_new:
-            doc = session.scalar(
-                select(DocumentRow).where(
-                    DocumentRow.tenant == tenant,
-                    DocumentRow.namespace_id == namespace_id,
-                    DocumentRow.document_id == document_id,
-                )
+            row_id = self.document_rows(session, tenant, namespace_id, [document_id]).get(
+                document_id
             )
+        version = DocumentVersion(
+            namespace_id, document_id, text, metadata, content_sha256, chunks, row_id
+        )
+        self.commit_documents(session, tenant, [version])
+
+    def commit_documents(
+        self, session: Session, tenant: str, versions: Sequence[DocumentVersion]
+    ) -> None:
+        """Makes document versions searchable, inside the caller's transaction: each
+        replaces its document's row (``row_id``, read in this transaction) or adds one,
+        with its chunks, and records one change, all or nothing. A few statements for the
+        lot, whatever their number: per-document statements were most of an ingest's own
+        time. A document may appear once per call (the seqs follow ``versions``' order)."""
+        if not versions:
+            return
+        keys = {(v.namespace_id, v.document_id) for v in versions}
+        if len(keys) != len(versions):
+            raise ValueError("a document appears more than once in one commit")
+        counts = collections.Counter(v.namespace_id for v in versions)
+        next_seq = {
+            ns: self._bump_seq(session, tenant, ns, count) - count + 1
+            for ns, count in counts.items()
+        }
         now = utcnow()
-        if doc is None:
-            doc = DocumentRow(tenant=tenant, namespace_id=namespace_id, document_id=document_id)
-            session.add(doc)
-        else:
+        documents = _DOCUMENTS
+
+        def values(v: DocumentVersion) -> dict[str, object]:
+            return {
+                "text": v.text,
+                "metadata_json": json.dumps(v.metadata, ensure_ascii=False, sort_keys=True),
+                "content_sha256": v.content_sha256,
+                "text_bytes": len(v.text.encode()),
+                "chunk_count": len(v.chunks),
+                "updated_at": now,
+            }
+
+        replaced = [v for v in versions if v.row_id is not None]
+        if replaced:
             session.execute(
                 delete(ChunkRow).where(
-                    ChunkRow.tenant == tenant, ChunkRow.document_row_id == doc.id
+                    ChunkRow.tenant == tenant,
+                    ChunkRow.document_row_id.in_([v.row_id for v in replaced]),
                 )
             )
-        doc.text = text
-        doc.metadata_json = json.dumps(metadata, ensure_ascii=False, sort_keys=True)
-        doc.content_sha256 = content_sha256
-        doc.text_bytes = len(text.encode())
-        doc.chunk_count = len(chunks)
-        doc.updated_at = now
-        session.flush()
+            session.execute(
+                update(documents)
+                .where(documents.c.id == bindparam("row_id"), documents.c.tenant == tenant)
+                .values({name: bindparam(f"new_{name}") for name in values(replaced[0])}),
+                [
+                    {"row_id": v.row_id, **{f"new_{k}": x for k, x in values(v).items()}}
+                    for v in replaced
+                ],
+            )
+        row_ids = {(v.namespace_id, v.document_id): v.row_id for v in replaced}
+        added = [v for v in versions if v.row_id is None]
+        if added:
+            inserted = session.execute(
+                insert(documents).returning(documents.c.id, sort_by_parameter_order=True),
+                [
+                    {
+                        "tenant": tenant,
+                        "namespace_id": v.namespace_id,
+                        "document_id": v.document_id,
+                        **values(v),
+                    }
+                    for v in added
+                ],
+            )
+            for v, (row_id,) in zip(added, inserted, strict=True):
+                row_ids[(v.namespace_id, v.document_id)] = row_id
         # Core executemany: building ORM objects per chunk costs more than the insert.
-        session.execute(
-            insert(ChunkRow),
-            [
+        chunk_rows = [
+            {
+                "tenant": tenant,
+                "namespace_id": v.namespace_id,
+                "document_row_id": row_ids[(v.namespace_id, v.document_id)],
+                "document_id": v.document_id,
+                "chunk_index": i,
+                "text": c.text,
+                "content_hash": c.content_hash,
+                "embedding": c.embedding,
+            }
+            for v in versions
+            for i, c in enumerate(v.chunks)
+        ]
+        if chunk_rows:
+            session.execute(insert(_CHUNKS), chunk_rows)
+        changes = []
+        for v in versions:
+            changes.append(
                 {
                     "tenant": tenant,
-                    "namespace_id": namespace_id,
-                    "document_row_id": doc.id,
-                    "document_id": document_id,
-                    "chunk_index": i,
-                    "text": c.text,
-                    "content_hash": c.content_hash,
-                    "embedding": c.embedding,
+                    "namespace_id": v.namespace_id,
+                    "seq": next_seq[v.namespace_id],
+                    "document_id": v.document_id,
+                    "kind": "upsert",
                 }
-                for i, c in enumerate(chunks)
-            ],
-        )
-        session.execute(
-            insert(ChangeRow).values(
-                tenant=tenant,
-                namespace_id=namespace_id,
-                seq=seq,
-                document_id=document_id,
-                kind="upsert",
+            )
+            next_seq[v.namespace_id] += 1
+        session.execute(insert(_CHANGES), changes)
+
+    def document_rows(
+        self, session: Session, tenant: str, namespace_id: int, document_ids: Sequence[str]
+    ) -> dict[str, int]:
+        """Which of ``document_ids`` the namespace holds, and their rows, read inside the
+        caller's transaction."""
+        if not document_ids:
+            return {}
+        found = session.execute(
+            select(DocumentRow.document_id, DocumentRow.id).where(
+                DocumentRow.tenant == tenant,
+                DocumentRow.namespace_id == namespace_id,
+                DocumentRow.document_id.in_(list(document_ids)),
             )
         )
+        return {document_id: row_id for document_id, row_id in found}
+
+    def namespaces_in(
+        self, session: Session, tenant: str, names: Sequence[str]
+    ) -> dict[str, NamespaceInfo]:
+        """The namespace rows among ``names`` (absent ones left out), read inside the
+        caller's transaction."""
+        rows = session.execute(
+            select(NamespaceRow).where(
+                NamespaceRow.tenant == tenant, NamespaceRow.name.in_(list(names))
+            )
+        ).scalars()
+        return {row.name: _ns_info(row) for row in rows}
 
     def namespace_in(self, session: Session, tenant: str, name: str) -> NamespaceInfo | None:
         """The namespace row, read inside the caller's transaction."""

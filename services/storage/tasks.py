@@ -31,8 +31,10 @@ from typing import Any, cast
 
 from sqlalchemy import (
     CursorResult,
+    Table,
     delete,
     func,
+    insert,
     select,
     update,
 )
@@ -44,6 +46,7 @@ from services.storage.clock import db_clock
 from services.storage.models import TaskRow, utcnow
 
 log = logging.getLogger(__name__)
+_TASKS = cast(Table, TaskRow.__table__)
 
 QUEUED, PROCESSING, COMPLETED, FAILED, CANCELLING, CANCELLED = (
     "queued",
@@ -135,6 +138,11 @@ def db_now(session: Session, seconds_ahead: float = 0.0) -> dt.datetime:
     return dt.datetime.fromtimestamp(db_clock(session) + seconds_ahead, dt.UTC)
 
 
+def _aware(moment: dt.datetime) -> dt.datetime:
+    """SQLite hands back the stored UTC time without its zone."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=dt.UTC)
+
+
 def _lease_ended(now: dt.datetime) -> ColumnElement[bool]:
     # No expiry: held by a version that had no leases; nothing renews it.
     return TaskRow.lease_until.is_(None) | (TaskRow.lease_until < now)
@@ -174,33 +182,53 @@ class TaskStore:
     def enqueue(
         self, tenant: str, tasks: Sequence[NewTask], submitted_by: str = ""
     ) -> list[TaskInfo]:
-        """Stores tasks as queued, all in one transaction; returns them in order."""
+        """Stores tasks as queued, all in one transaction; returns them in order. One Core
+        executemany: a batch's ORM objects cost more than its insert."""
         now = utcnow()
+        ids = [new_task_id() for _ in tasks]
         rows = [
-            TaskRow(
-                task_id=new_task_id(),
-                tenant=tenant,
-                namespace=t.namespace,
-                document_id=t.document_id,
-                text=t.text,
-                text_bytes=len(t.text.encode()),
-                metadata_json=json.dumps(t.metadata, ensure_ascii=False),
-                on_duplicate=t.on_duplicate,
-                submitted_by=submitted_by,
-                state=QUEUED,
-                phase="",
-                percent=0,
-                error_code="",
-                error_message="",
-                error_data_json="{}",
-                created_at=now,
-                updated_at=now,
-            )
-            for t in tasks
+            {
+                "task_id": task_id,
+                "tenant": tenant,
+                "namespace": t.namespace,
+                "document_id": t.document_id,
+                "text": t.text,
+                "text_bytes": len(t.text.encode()),
+                "metadata_json": json.dumps(t.metadata, ensure_ascii=False),
+                "on_duplicate": t.on_duplicate,
+                "submitted_by": submitted_by,
+                "state": QUEUED,
+                "phase": "",
+                "percent": 0,
+                "error_code": "",
+                "error_message": "",
+                "error_data_json": "{}",
+                "created_at": now,
+                "updated_at": now,
+            }
+            for task_id, t in zip(ids, tasks, strict=True)
         ]
-        with self._sessions.begin() as session:
-            session.add_all(rows)
-        return [_info(r) for r in rows]
+        if rows:
+            with self._sessions.begin() as session:
+                session.execute(insert(_TASKS), rows)
+        return [
+            TaskInfo(
+                task_id,
+                tenant,
+                t.namespace,
+                t.document_id,
+                QUEUED,
+                "",
+                0,
+                "",
+                "",
+                {},
+                now,
+                now,
+                submitted_by,
+            )
+            for task_id, t in zip(ids, tasks, strict=True)
+        ]
 
     def enqueue_refused(
         self,
@@ -270,17 +298,26 @@ class TaskStore:
         ``cancelled`` on the way (their holder will never do it)."""
         with self._sessions.begin() as session:
             now = db_now(session)
-            # A read first, so an idle poll writes nothing (on SQLite any write, even of no
-            # rows, takes the database's one write lock).
-            seen = session.execute(
-                select(TaskRow.task_id, TaskRow.state, TaskRow.lease_owner)
-                .where(_claimable(now) | _abandoned_cancel(now))
-                .order_by(TaskRow.created_at, TaskRow.task_id)
+            # Reads first, so an idle poll writes nothing (on SQLite any write, even of no
+            # rows, takes the database's one write lock). Queued tasks and those of leases
+            # that ran out are read apart: each read follows the (state, created_at) index
+            # and stops at ``limit``, where one read of both had to sort every queued task.
+            order = (TaskRow.created_at, TaskRow.task_id)
+            columns = (TaskRow.task_id, TaskRow.state, TaskRow.lease_owner, *order)
+            seen = list(
+                session.execute(
+                    select(*columns).where(TaskRow.state == QUEUED).order_by(*order).limit(limit)
+                )
+            )
+            seen += session.execute(
+                select(*columns)
+                .where(TaskRow.state.in_(LEASED), _lease_ended(now))
+                .order_by(*order)
                 .limit(limit)
             ).all()
             if not seen:
                 return []
-            if any(state == CANCELLING for _, state, _ in seen):
+            if any(row.state == CANCELLING for row in seen):
                 session.execute(
                     update(TaskRow)
                     .where(_abandoned_cancel(now))
@@ -289,17 +326,22 @@ class TaskStore:
                     )
                     .execution_options(synchronize_session=False)
                 )
+            wanted = sorted(
+                (row for row in seen if row.state != CANCELLING),
+                key=lambda row: (row.created_at, row.task_id),
+            )[:limit]
+            if not wanted:
+                return []
             lease = self._new_lease()
-            # One UPDATE picks and stamps the rows, so two processes cannot both take one:
-            # PostgreSQL skips rows another claim has locked, SQLite holds its write lock.
+            # One UPDATE stamps the rows and returns them, taking only those still
+            # claimable, so two processes cannot both take one: PostgreSQL skips rows
+            # another claim has locked, SQLite holds its write lock.
             due = (
                 select(TaskRow.task_id)
-                .where(_claimable(now))
-                .order_by(TaskRow.created_at, TaskRow.task_id)
-                .limit(limit)
+                .where(TaskRow.task_id.in_([row.task_id for row in wanted]), _claimable(now))
                 .with_for_update(skip_locked=True)
             )
-            session.execute(
+            returned = session.execute(
                 update(TaskRow)
                 .where(TaskRow.task_id.in_(due.scalar_subquery()))
                 .values(
@@ -307,13 +349,26 @@ class TaskStore:
                     phase="chunking",
                     percent=10,
                     lease_owner=lease,
-                    lease_until=db_now(session, self.lease_s),
+                    lease_until=now + dt.timedelta(seconds=self.lease_s),
                     updated_at=utcnow(),
                 )
+                .returning(
+                    TaskRow.task_id,
+                    TaskRow.tenant,
+                    TaskRow.namespace,
+                    TaskRow.document_id,
+                    TaskRow.text,
+                    TaskRow.metadata_json,
+                    TaskRow.on_duplicate,
+                    TaskRow.error_code,
+                    TaskRow.error_message,
+                    TaskRow.error_data_json,
+                    TaskRow.created_at,
+                )
                 .execution_options(synchronize_session=False)
-            )
-            rows = session.scalars(select(TaskRow).where(TaskRow.lease_owner == lease)).all()
-            taken_over = {task_id: owner for task_id, state, owner in seen if state == PROCESSING}
+            ).all()
+            rows = sorted(returned, key=lambda row: (_aware(row.created_at), row.task_id))
+            taken_over = {row.task_id: row.lease_owner for row in seen if row.state == PROCESSING}
             for row in rows:
                 if row.task_id in taken_over:
                     log.warning(
