@@ -506,20 +506,27 @@ class TaskStore:
     def request_cancel(self, tenant: str, task_id: str) -> TaskInfo | None:
         """Queued -> cancelled at once; processing -> cancelling, which the task's holder
         ends ``cancelled`` at its commit (or any claim does, once its lease ran out);
-        finished: unchanged."""
+        finished: unchanged.
+
+        Each change is one UPDATE that checks the state it changes from: on SQLite a
+        SELECT ... FOR UPDATE locks nothing (the transaction takes the write lock only at
+        its first write), so a read-then-write let a commit land in between, and a task
+        that had just reported ``completed`` ended ``cancelled`` with its document stored
+        (tests/e2e/test_ingest_cancel_race.py)."""
+        mine = (TaskRow.tenant == tenant) & (TaskRow.task_id == task_id)
         with self._sessions.begin() as session:
-            row = session.scalar(
-                select(TaskRow)
-                .where(TaskRow.tenant == tenant, TaskRow.task_id == task_id)
-                .with_for_update()
-            )
-            if row is None:
-                return None
-            if row.state == QUEUED:
-                row.state, row.text, row.updated_at = CANCELLED, None, utcnow()
-            elif row.state == PROCESSING:
-                row.state, row.updated_at = CANCELLING, utcnow()
-            return _info(row)
+            for source, values in (
+                (QUEUED, {"state": CANCELLED, "text": None}),
+                (PROCESSING, {"state": CANCELLING}),
+            ):
+                session.execute(
+                    update(TaskRow)
+                    .where(mine, TaskRow.state == source)
+                    .values(**values, updated_at=utcnow())
+                    .execution_options(synchronize_session=False)
+                )
+            row = session.scalar(select(TaskRow).where(mine))
+            return None if row is None else _info(row)
 
     def recover(self) -> int:
         """At start: tasks an earlier run of this process left under its own name (it
