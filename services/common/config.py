@@ -215,10 +215,20 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
 }
 
 
+# How much of a process's name leases keep (services/storage/tasks.py): live processes
+# must differ within it.
+PROCESS_NAME_CHARS = 40
+
+
 def process_name() -> str:
     """How a process names itself when no name is configured (``REACHSTORE_WORKER_ID``):
-    in leases and logs, and in answers that hold per-process figures."""
-    return f"{socket.gethostname()[:40]}-{os.getpid()}"
+    in leases and logs, and in answers that hold per-process figures. The host name is cut
+    so the pid always fits in ``PROCESS_NAME_CHARS``: cut after it, as it was, two
+    processes on a host with a name of 40 characters or more (a cloud default such as
+    ip-172-31-16-100.eu-central-1.compute.internal) had one name, and a starting process
+    took the other's live tasks back as its own earlier run's."""
+    pid = str(os.getpid())
+    return f"{socket.gethostname()[: PROCESS_NAME_CHARS - len(pid) - 1]}-{pid}"
 
 
 def _int(env: Mapping[str, str], name: str, minimum: int) -> int:

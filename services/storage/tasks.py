@@ -41,7 +41,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.sql.elements import ColumnElement
 
-from services.common.config import process_name
+from services.common.config import PROCESS_NAME_CHARS, process_name
 from services.storage.clock import db_clock
 from services.storage.models import TaskRow, utcnow
 
@@ -62,9 +62,8 @@ LEASED = (PROCESSING, CANCELLING)
 
 DEFAULT_LEASE_S = 30.0
 # A lease token is the holder's name, ':', a random run id and '.', the claim's number; it
-# fits the 64 characters of ``lease_owner`` with names cut to this length, so the first
-# 40 characters of a name must tell live processes apart.
-_NAME_CHARS = 40
+# fits the 64 characters of ``lease_owner`` with names cut to PROCESS_NAME_CHARS, so the
+# first 40 characters of a name must tell live processes apart (default names do).
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,7 +170,7 @@ class TaskStore:
     ) -> None:
         self._sessions = sessions
         self.lease_s = lease_s
-        self._name = (holder or process_name())[:_NAME_CHARS]
+        self._name = (holder or process_name())[:PROCESS_NAME_CHARS]
         # Tells this run's leases from those an earlier run under the same name left.
         self._run = secrets.token_hex(4)
         self._claims = itertools.count(1)
