@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -25,16 +24,10 @@ ROUNDS = 25
 PER_ROUND = 6
 
 
-@pytest.fixture
-def database(database_url: str) -> Iterator[Database]:
-    db = Database(database_url)
-    yield db
-    db.engine.dispose()
-
-
 def test_a_cancel_racing_the_commit_never_leaves_a_cancelled_task_stored(
-    tmp_path: Path, database: Database
+    tmp_path: Path, database_url: str
 ) -> None:
+    database = Database(database_url)
     ingest = IngestProcess(tmp_path, database.url, "ingest-c")
     ingest._env["REACHSTORE_INGEST_EMBED_PROCESSES"] = "2"
     ingest.start()
@@ -72,3 +65,4 @@ def test_a_cancel_racing_the_commit_never_leaves_a_cancelled_task_stored(
         assert ended <= {"completed", "cancelled"}
     finally:
         ingest.stop()
+        database.engine.dispose()
