@@ -1,5 +1,8 @@
 """Resident memory of the service processes, sampled while a load runs.
 
+``pss_mib`` gives a process's proportional share instead, for totals over processes that
+share pages.
+
 ``VmRSS`` from ``/proc/<pid>/status`` is what the kernel holds in RAM for a process right
 now (anonymous memory and mapped files it touched). A leak shows as RSS that keeps rising
 under a steady load, so ``MemorySampler`` takes a sample of every process every few
@@ -22,6 +25,21 @@ def rss_mib(pid: int) -> float:
             for line in f:
                 if line.startswith("VmRSS:"):
                     return int(line.split()[1]) / 1024  # the kernel reports kB
+    except OSError:
+        pass
+    return float("nan")
+
+
+def pss_mib(pid: int) -> float:
+    """Proportional set size of ``pid`` in MiB (``/proc/<pid>/smaps_rollup``): each page
+    counted once across the processes sharing it, split between them. Summed over several
+    processes this is what they hold together, where RSS counts a shared page (the model's
+    file, the libraries) once per process. NaN when the process is gone."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) / 1024
     except OSError:
         pass
     return float("nan")

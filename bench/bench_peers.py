@@ -37,7 +37,7 @@ sys.path.insert(1, str(ROOT))  # for tests.e2e.system; bench/ itself is sys.path
 
 import _query_bench as qb  # noqa: E402
 from _ingest_bench import ingest  # noqa: E402
-from _memory import rss_mib  # noqa: E402
+from _memory import pss_mib, rss_mib  # noqa: E402
 
 from reachstore.query.v1 import query_service_pb2_grpc as qgrpc  # noqa: E402
 from services.common.config import Settings  # noqa: E402
@@ -223,10 +223,12 @@ def main(argv: list[str] | None = None) -> int:
         env = {**os.environ, "PEERBENCH_DATA": str(peer_data)}
         subprocess.run(command, check=True, env=env)
         rss_after = {n: rss_mib(p) for n, p in _query_pids(data_dir).items()}
+        pss_after = {n: pss_mib(p) for n, p in _query_pids(data_dir).items()}
         results = _results(peer_data, args.size)
         chunks = sum(len(v) for v in docs.values())
         report["rows"] = results
         report["query_rss_mib"] = rss_after
+        report["query_pss_mib"] = pss_after
         print("")
         print(f"one sitting, {args.size} corpus, medians of {args.repeats} repeats (peers.sh):")
         for line in _table(results):
@@ -236,6 +238,13 @@ def main(argv: list[str] | None = None) -> int:
             f"query tier RSS: {', '.join(f'{n} {v:.0f} MiB' for n, v in rss_after.items())}"
             f" (before the load: {', '.join(f'{v:.0f}' for v in rss_before.values())});"
             f" {total / (chunks / 10_000):.0f} MiB per 10,000 chunks in all"
+        )
+        # RSS counts the pages the processes share (model file, libraries) once per
+        # process; PSS splits them, so its sum is what the tier holds together.
+        shared = sum(pss_after.values())
+        print(
+            f"query tier PSS: {', '.join(f'{n} {v:.0f} MiB' for n, v in pss_after.items())};"
+            f" {shared:.0f} MiB together, {shared / (chunks / 10_000):.0f} MiB per 10,000 chunks"
         )
     except KeyboardInterrupt:
         log("interrupted: stopping the system")
