@@ -114,6 +114,13 @@ class _System:
     def __init__(self, run_dir: Path) -> None:
         self.children: dict[str, subprocess.Popen[bytes]] = {}
         self.run_dir = run_dir
+        # Pid files left by an earlier `up` of this data folder (one that ran more query
+        # processes, or was killed) would name processes that are no longer ours.
+        self._remove_pid_files()
+
+    def _remove_pid_files(self) -> None:
+        for stale in self.run_dir.glob("*.pid"):
+            stale.unlink(missing_ok=True)
 
     def start(self, name: str, module: str, env: dict[str, str]) -> None:
         process = subprocess.Popen(
@@ -145,6 +152,7 @@ class _System:
         # Whatever a child left behind in its group (it crashed, or was killed) ends too.
         for process in self.children.values():
             _kill_group(process.pid)
+        self._remove_pid_files()
 
 
 def _kill_group(group: int) -> None:
