@@ -25,6 +25,7 @@ from services.audit.verify_settings import Verifier, cadence_from_env
 from services.audit.witness import Delivery, Witness, witnesses_from_env
 from services.common import logs, otel, pii
 from services.common.config import Settings
+from services.common.config_errors import refusing_to_start
 from services.common.metrics_registry import component_registries
 from services.common.rpc_metrics import RpcMetrics
 from services.common.runner import serve
@@ -84,6 +85,7 @@ async def _run(settings: Settings, key: PrivateKey, witnesses: list[Witness]) ->
     )
 
 
+@refusing_to_start("audit")
 def main() -> None:
     settings = Settings.from_env(default_listen="127.0.0.1:50054")
     logs.configure("audit", settings.log_level)

@@ -11,7 +11,6 @@ import asyncio
 import logging
 import signal
 import socket
-import sys
 from types import FrameType
 from typing import Any
 
@@ -21,7 +20,8 @@ from services.bridge.app import create_app
 from services.bridge.slow_clients import GuardedHttpProtocol, guarded_protocol
 from services.bridge.web_guard import listen_host
 from services.common import logs, otel
-from services.common.config import ConfigError, Settings
+from services.common.config import Settings
+from services.common.config_errors import refusing_to_start
 from services.common.metrics_http import serve_metrics
 from services.common.supervised import watch_supervisor
 
@@ -125,12 +125,9 @@ def _exit_quietly(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(0)
 
 
+@refusing_to_start("bridge")
 def main() -> None:
-    try:
-        settings = Settings.from_env(default_listen="127.0.0.1:8420")
-    except ConfigError as exc:
-        sys.stderr.write(f"bridge: {exc}\n")
-        raise SystemExit(2) from None
+    settings = Settings.from_env(default_listen="127.0.0.1:8420")
     logs.configure("bridge", settings.log_level)
     otel.start("bridge")
     for signum in (signal.SIGTERM, signal.SIGINT):

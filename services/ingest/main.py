@@ -11,6 +11,7 @@ from services.admin.api.keys import KeyServicer
 from services.audit_client.wiring import auditing
 from services.common import logs, otel
 from services.common.config import Settings
+from services.common.config_errors import refusing_to_start
 from services.common.metrics_http import serve_metrics
 from services.common.metrics_registry import component_registries
 from services.common.rpc_metrics import RpcMetrics
@@ -34,6 +35,7 @@ SERVICES = [
 ]
 
 
+@refusing_to_start("ingest")
 def main() -> None:
     settings = Settings.from_env(default_listen="127.0.0.1:50052")
     logs.configure("ingest", settings.log_level)

@@ -17,6 +17,7 @@ from services.audit_client.outbox_metrics import OutboxGauges  # noqa: E402
 from services.audit_client.wiring import auditing  # noqa: E402
 from services.common import logs, otel  # noqa: E402
 from services.common.config import Settings  # noqa: E402
+from services.common.config_errors import refusing_to_start
 from services.common.rpc_metrics import RpcMetrics  # noqa: E402
 from services.common.runner import serve  # noqa: E402
 from services.embedding import default_embedder  # noqa: E402
@@ -122,6 +123,7 @@ async def _run(settings: Settings) -> None:
     )
 
 
+@refusing_to_start("query")
 def main() -> None:
     settings = Settings.from_env(default_listen="127.0.0.1:50051")
     logs.configure("query", settings.log_level)

@@ -14,6 +14,7 @@ from reachstore.reach.v1 import reach_service_pb2, reach_service_pb2_grpc
 from services.audit_client.wiring import auditing
 from services.common import logs, otel
 from services.common.config import Settings
+from services.common.config_errors import refusing_to_start
 from services.common.metrics_registry import component_registries
 from services.common.rpc_metrics import RpcMetrics
 from services.common.runner import serve
@@ -120,6 +121,7 @@ async def _run(
     )
 
 
+@refusing_to_start("reach")
 def main() -> None:
     settings = Settings.from_env(default_listen="127.0.0.1:50053")
     logs.configure("reach", settings.log_level)

@@ -8,7 +8,6 @@ anything else, so no two processes ever race to create or alter tables.
 from __future__ import annotations
 
 import logging
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,6 +19,8 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import Script, ScriptDirectory
 from sqlalchemy import Connection, Engine, inspect
+
+from services.common.config_errors import refuse_to_start
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 VERSION_TABLE = "alembic_version"
@@ -198,7 +199,6 @@ def refuse_unless_at_head(database_url: str, component: str) -> None:
     try:
         check_at_head(engine)
     except SchemaNotAtHead as exc:
-        print(f"reachstore {component}: refusing to start: {exc}", file=sys.stderr, flush=True)
-        raise SystemExit(2) from None
+        refuse_to_start(component, exc)
     finally:
         engine.dispose()

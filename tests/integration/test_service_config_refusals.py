@@ -1,0 +1,57 @@
+"""A service started with a setting missing or wrong refuses to start the way it refuses
+an old schema (services/storage/schema.py): exit status 2 and one line on stderr naming
+the variable and the rule, no traceback. An operator's mistake is not a crash."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from services.storage.engine import make_engine
+from services.storage.schema import migrate_to_head
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# (component, extra environment, what the line must name)
+CASES = [
+    ("audit", {}, "REACHSTORE_AUDIT_SIGNING_KEY"),
+    ("reach", {}, "REACHSTORE_PII_SECRET"),
+    ("query", {"REACHSTORE_QUERY_TIMEOUT_CAP_MS": "soon"}, "REACHSTORE_QUERY_TIMEOUT_CAP_MS"),
+    ("ingest", {"REACHSTORE_QUERY_TIMEOUT_CAP_MS": "0"}, "REACHSTORE_QUERY_TIMEOUT_CAP_MS"),
+    ("audit", {"REACHSTORE_AUDIT_CHECKPOINT_S": "x"}, "REACHSTORE_AUDIT_CHECKPOINT_S"),
+    ("reach", {"REACHSTORE_QUERY_TIMEOUT_CAP_MS": "-1"}, "REACHSTORE_QUERY_TIMEOUT_CAP_MS"),
+    ("bridge", {"REACHSTORE_QUERY_TIMEOUT_CAP_MS": "x"}, "REACHSTORE_QUERY_TIMEOUT_CAP_MS"),
+]
+
+
+@pytest.mark.parametrize(("component", "extra", "named"), CASES)
+def test_a_bad_setting_is_one_line_and_status_2(
+    component: str, extra: dict[str, str], named: str, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    engine = make_engine(f"sqlite:///{data / 'reachstore.db'}")
+    migrate_to_head(engine)
+    engine.dispose()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REACHSTORE_")}
+    env.update(extra, REACHSTORE_DATA_DIR=str(data))
+    result = subprocess.run(
+        [sys.executable, "-m", f"services.{component}.main"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
+    assert "Traceback" not in result.stderr, result.stderr[-2000:]
+    lines = [line for line in result.stderr.splitlines() if named in line]
+    assert lines and lines[-1].startswith(f"reachstore {component}: refusing to start: "), (
+        result.stderr[-2000:]
+    )
