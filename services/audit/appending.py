@@ -1,0 +1,170 @@
+"""One append to the chains: one transaction, on the database driver's own connection.
+
+In order, for the tenants of the batch:
+
+1. each tenant's head is created (at the genesis) or locked, in one lock order for every
+   appender, and read, by one statement (an upsert whose no-op update locks an existing
+   head as ``SELECT ... FOR UPDATE`` would); on SQLite ``BEGIN IMMEDIATE`` first takes
+   the one write lock;
+2. the batch's event ids already stored are read, after the heads are held: an appender
+   that stored some of them meanwhile has committed by now (a batch sent twice is stored
+   once);
+3. each new event is linked after its tenant's head, in the order given (``chain.link``:
+   one SHA-256 over bytes made before the lock);
+4. the rows go in (PostgreSQL: ``COPY``; SQLite: one ``executemany``), the heads move, and
+   the transaction commits.
+
+On PostgreSQL, 1 and 2 go in one round trip and the heads' update with the commit in
+another (psycopg's pipeline mode); ``COPY`` is the third. Each statement used to be its
+own round trip through SQLAlchemy, the rows one multi-row INSERT; the ``bench/`` audit
+benchmark measures the difference. Plain DBAPI errors leave as SQLAlchemy's, so the
+servicer and the retry of ``AuditStore.append_new`` see the same exceptions as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import Engine
+from sqlalchemy import exc as sa_exc
+
+from services.audit.chain import GENESIS, STORED_FIELDS, NewEvent, link
+
+# A stored row: the STORED_FIELDS, then its position, the previous hash and its hash.
+ROW_COLUMNS = (*STORED_FIELDS, "seq", "prev_hash", "hash")
+_EVENT_ID = STORED_FIELDS.index("event_id")
+_TENANT = STORED_FIELDS.index("tenant")
+
+_COPY = f"COPY audit_events ({', '.join(ROW_COLUMNS)}) FROM STDIN"
+_INSERT = (
+    f"INSERT INTO audit_events ({', '.join(ROW_COLUMNS)}) "
+    f"VALUES ({', '.join('?' * len(ROW_COLUMNS))})"
+)
+
+
+def _lock_heads(tenants: int, mark: str) -> str:
+    values = ", ".join([f"({mark}, 0, {mark})"] * tenants)
+    return (
+        f"INSERT INTO audit_heads (tenant, seq, hash) VALUES {values} "
+        "ON CONFLICT (tenant) DO UPDATE SET seq = audit_heads.seq "
+        "RETURNING tenant, seq, hash"
+    )
+
+
+class Appender:
+    """Appends prepared events (``chain.new_event``) to their tenants' chains."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._postgres = engine.dialect.name == "postgresql"
+        self._error: type[Exception] = engine.dialect.loaded_dbapi.Error
+
+    def append(self, events: Sequence[NewEvent], look_for_stored: bool = True) -> int:
+        """Stores the events whose ids are not stored yet (the first of ids given twice);
+        returns how many. Without ``look_for_stored`` the ids are taken to be new: one
+        that is not fails the whole transaction on the ids' uniqueness (IntegrityError),
+        storing nothing, and the caller tries again looking."""
+        unique: dict[str, NewEvent] = {}
+        for event in events:
+            unique.setdefault(event.values[_EVENT_ID], event)
+        tenants = sorted({event.values[_TENANT] for event in unique.values()})
+        head_params = [value for tenant in tenants for value in (tenant, GENESIS)]
+        raw = self._engine.raw_connection()
+        try:
+            driver = raw.driver_connection
+            if self._postgres:
+                return self._on_postgres(driver, unique, tenants, head_params, look_for_stored)
+            return self._on_sqlite(driver, unique, tenants, head_params, look_for_stored)
+        except self._error as exc:
+            raise sa_exc.DBAPIError.instance(None, None, exc, self._error) from exc
+        finally:
+            raw.close()  # back to the pool, which rolls back whatever was left open
+
+    def _on_postgres(
+        self,
+        conn: Any,
+        unique: Mapping[str, NewEvent],
+        tenants: list[str],
+        head_params: list[str],
+        look_for_stored: bool,
+    ) -> int:
+        with conn.pipeline():
+            heads_read = conn.execute(_lock_heads(len(tenants), "%s"), head_params)
+            stored_read = None
+            if look_for_stored:
+                # Never prepared: a plan cached while the table was small reads every row.
+                stored_read = conn.execute(
+                    "SELECT event_id FROM audit_events WHERE event_id = ANY(%s)",
+                    [list(unique)],
+                    prepare=False,
+                )
+            heads = {tenant: (seq, digest) for tenant, seq, digest in heads_read.fetchall()}
+            stored = set() if stored_read is None else {row[0] for row in stored_read.fetchall()}
+        rows = self._chain(unique, stored, heads)
+        if rows:
+            with conn.cursor() as cursor, cursor.copy(_COPY) as copy:
+                for row in rows:
+                    copy.write_row(row)
+        with conn.pipeline():
+            if rows:
+                conn.cursor().executemany(
+                    "UPDATE audit_heads SET seq = %s, hash = %s WHERE tenant = %s",
+                    _moved(rows),
+                )
+            conn.commit()
+        return len(rows)
+
+    def _on_sqlite(
+        self,
+        conn: Any,
+        unique: Mapping[str, NewEvent],
+        tenants: list[str],
+        head_params: list[str],
+        look_for_stored: bool,
+    ) -> int:
+        cursor = conn.cursor()
+        try:
+            cursor.execute("BEGIN IMMEDIATE")
+            found = cursor.execute(_lock_heads(len(tenants), "?"), head_params).fetchall()
+            heads = {tenant: (seq, digest) for tenant, seq, digest in found}
+            stored: set[str] = set()
+            if look_for_stored:
+                marks = ", ".join("?" * len(unique))
+                found = cursor.execute(
+                    f"SELECT event_id FROM audit_events WHERE event_id IN ({marks})", list(unique)
+                )
+                stored = {event_id for (event_id,) in found}
+            rows = self._chain(unique, stored, heads)
+            if rows:
+                cursor.executemany(_INSERT, rows)
+                cursor.executemany(
+                    "UPDATE audit_heads SET seq = ?, hash = ? WHERE tenant = ?", _moved(rows)
+                )
+            conn.commit()
+        finally:
+            cursor.close()
+        return len(rows)
+
+    @staticmethod
+    def _chain(
+        unique: Mapping[str, NewEvent], stored: set[str], heads: dict[str, tuple[int, str]]
+    ) -> list[tuple[Any, ...]]:
+        """The rows of the events not stored yet, each linked after its tenant's head (which
+        moves along), in the order given. Runs with the heads held."""
+        rows = []
+        for event_id, event in unique.items():
+            if event_id in stored:
+                continue
+            tenant = event.values[_TENANT]
+            seq, prev = heads[tenant]
+            digest = link(event, prev)
+            heads[tenant] = (seq + 1, digest)
+            rows.append((*event.values, seq + 1, prev, digest))
+        return rows
+
+
+def _moved(rows: list[tuple[Any, ...]]) -> list[tuple[int, str, str]]:
+    """(seq, hash, tenant) of each tenant's last row: its new head."""
+    last = {row[_TENANT]: row for row in rows}
+    return [(row[-3], row[-1], tenant) for tenant, row in last.items()]
