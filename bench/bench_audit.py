@@ -327,7 +327,9 @@ def measure_verify(
 ) -> dict[str, Any]:
     """A checkpoint of every chain, then every chain verified here and through gRPC."""
     signed = store.checkpoint(signer)
-    log(f"{engine}: signed {len(signed)} checkpoint(s); verifying {sum(stored.values())} events ...")
+    log(
+        f"{engine}: signed {len(signed)} checkpoint(s); verifying {sum(stored.values())} events ..."
+    )
     tenants = []
     wall = cpu = 0.0
     for tenant in sorted(stored):

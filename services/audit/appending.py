@@ -8,7 +8,9 @@ In order, for the tenants of the batch:
    the one write lock;
 2. the batch's event ids already stored are read, after the heads are held: an appender
    that stored some of them meanwhile has committed by now (a batch sent twice is stored
-   once);
+   once). ``AuditStore.append_new`` skips this on its first try, as ids are new but for a
+   batch sent again: the ids' uniqueness then refuses the whole transaction and the retry
+   reads them;
 3. each new event is linked after its tenant's head, in the order given (``chain.link``:
    one SHA-256 over bytes made before the lock);
 4. the rows go in (PostgreSQL: ``COPY``; SQLite: one ``executemany``), the heads move, and
@@ -16,13 +18,14 @@ In order, for the tenants of the batch:
 
 On PostgreSQL, 1 and 2 go in one round trip and the heads' update with the commit in
 another (psycopg's pipeline mode); ``COPY`` is the third. Each statement used to be its
-own round trip through SQLAlchemy, the rows one multi-row INSERT; the ``bench/`` audit
-benchmark measures the difference. Plain DBAPI errors leave as SQLAlchemy's, so the
+own round trip through SQLAlchemy, the rows one multi-row INSERT (README, "Audit:
+appending and verifying", has the figures of ``bench/bench_audit.py`` before and after). Plain DBAPI errors leave as SQLAlchemy's, so the
 servicer and the retry of ``AuditStore.append_new`` see the same exceptions as before.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -52,6 +55,21 @@ def _lock_heads(tenants: int, mark: str) -> str:
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class _Batch:
+    """One append: its events by id (the first of an id given twice), its tenants in lock
+    order, and whether to read which ids are stored before linking."""
+
+    unique: Mapping[str, NewEvent]
+    tenants: list[str]
+    look_for_stored: bool
+
+    @property
+    def head_params(self) -> list[str]:
+        """(tenant, genesis) of each tenant, for ``_lock_heads``."""
+        return [value for tenant in self.tenants for value in (tenant, GENESIS)]
+
+
 class Appender:
     """Appends prepared events (``chain.new_event``) to their tenants' chains."""
 
@@ -68,40 +86,34 @@ class Appender:
         unique: dict[str, NewEvent] = {}
         for event in events:
             unique.setdefault(event.values[_EVENT_ID], event)
-        tenants = sorted({event.values[_TENANT] for event in unique.values()})
-        head_params = [value for tenant in tenants for value in (tenant, GENESIS)]
+        batch = _Batch(
+            unique, sorted({e.values[_TENANT] for e in unique.values()}), look_for_stored
+        )
         raw = self._engine.raw_connection()
         try:
             driver = raw.driver_connection
             if self._postgres:
-                return self._on_postgres(driver, unique, tenants, head_params, look_for_stored)
-            return self._on_sqlite(driver, unique, tenants, head_params, look_for_stored)
+                return self._on_postgres(driver, batch)
+            return self._on_sqlite(driver, batch)
         except self._error as exc:
             raise sa_exc.DBAPIError.instance(None, None, exc, self._error) from exc
         finally:
             raw.close()  # back to the pool, which rolls back whatever was left open
 
-    def _on_postgres(
-        self,
-        conn: Any,
-        unique: Mapping[str, NewEvent],
-        tenants: list[str],
-        head_params: list[str],
-        look_for_stored: bool,
-    ) -> int:
+    def _on_postgres(self, conn: Any, batch: _Batch) -> int:
         with conn.pipeline():
-            heads_read = conn.execute(_lock_heads(len(tenants), "%s"), head_params)
+            heads_read = conn.execute(_lock_heads(len(batch.tenants), "%s"), batch.head_params)
             stored_read = None
-            if look_for_stored:
+            if batch.look_for_stored:
                 # Never prepared: a plan cached while the table was small reads every row.
                 stored_read = conn.execute(
                     "SELECT event_id FROM audit_events WHERE event_id = ANY(%s)",
-                    [list(unique)],
+                    [list(batch.unique)],
                     prepare=False,
                 )
             heads = {tenant: (seq, digest) for tenant, seq, digest in heads_read.fetchall()}
             stored = set() if stored_read is None else {row[0] for row in stored_read.fetchall()}
-        rows = self._chain(unique, stored, heads)
+        rows = self._chain(batch.unique, stored, heads)
         if rows:
             with conn.cursor() as cursor, cursor.copy(_COPY) as copy:
                 for row in rows:
@@ -115,27 +127,22 @@ class Appender:
             conn.commit()
         return len(rows)
 
-    def _on_sqlite(
-        self,
-        conn: Any,
-        unique: Mapping[str, NewEvent],
-        tenants: list[str],
-        head_params: list[str],
-        look_for_stored: bool,
-    ) -> int:
+    def _on_sqlite(self, conn: Any, batch: _Batch) -> int:
         cursor = conn.cursor()
         try:
             cursor.execute("BEGIN IMMEDIATE")
-            found = cursor.execute(_lock_heads(len(tenants), "?"), head_params).fetchall()
+            found = cursor.execute(_lock_heads(len(batch.tenants), "?"), batch.head_params)
+            found = found.fetchall()
             heads = {tenant: (seq, digest) for tenant, seq, digest in found}
             stored: set[str] = set()
-            if look_for_stored:
-                marks = ", ".join("?" * len(unique))
-                found = cursor.execute(
-                    f"SELECT event_id FROM audit_events WHERE event_id IN ({marks})", list(unique)
+            if batch.look_for_stored:
+                marks = ", ".join("?" * len(batch.unique))
+                ids = cursor.execute(
+                    f"SELECT event_id FROM audit_events WHERE event_id IN ({marks})",
+                    list(batch.unique),
                 )
-                stored = {event_id for (event_id,) in found}
-            rows = self._chain(unique, stored, heads)
+                stored = {event_id for (event_id,) in ids}
+            rows = self._chain(batch.unique, stored, heads)
             if rows:
                 cursor.executemany(_INSERT, rows)
                 cursor.executemany(
