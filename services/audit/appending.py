@@ -19,8 +19,9 @@ In order, for the tenants of the batch:
 On PostgreSQL, 1 and 2 go in one round trip and the heads' update with the commit in
 another (psycopg's pipeline mode); ``COPY`` is the third. Each statement used to be its
 own round trip through SQLAlchemy, the rows one multi-row INSERT (README, "Audit:
-appending and verifying", has the figures of ``bench/bench_audit.py`` before and after). Plain DBAPI errors leave as SQLAlchemy's, so the
-servicer and the retry of ``AuditStore.append_new`` see the same exceptions as before.
+appending and verifying", has the figures of ``bench/bench_audit.py`` before and after).
+Plain DBAPI errors leave as SQLAlchemy's, so the servicer and the retry of
+``AuditStore.append_new`` see the same exceptions as before.
 """
 
 from __future__ import annotations

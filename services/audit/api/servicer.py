@@ -38,6 +38,7 @@ from services.audit.verify_settings import WITNESS_BROKEN, Verifier
 from services.audit.visibility import may_read
 from services.common import errors, names, paging
 from services.common.auth import Caller
+from services.common.canonical import canonical_json
 from services.common.identity import caller
 from services.common.pii import Masker
 from services.common.timefmt import parse_rfc3339, rfc3339
@@ -174,7 +175,7 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
                 "audit",
                 "AppendEvents",
                 "",
-                self._masker.mask_json([params])[0],
+                canonical_json(self._masker.mask_value(params)),
                 status,
                 code,
                 category,
