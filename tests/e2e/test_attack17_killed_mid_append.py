@@ -23,11 +23,12 @@ import sqlalchemy
 
 from reachstore.audit.v1 import audit_service_pb2 as pb
 from reachstore.audit.v1 import audit_service_pb2_grpc as pb_grpc
-from services.audit.signing import CheckpointKeys, PrivateKey
+from services.audit.signing import CheckpointKeys
 from services.audit.store import AuditStore
 from services.common.timefmt import rfc3339
 from services.storage.engine import make_engine, make_sessions
 from tests.e2e.processes import ServiceProcess, shipper_key
+from tests.e2e.test_attack17_unmasked_append import audit_settings
 
 pytestmark = pytest.mark.e2e
 
@@ -58,22 +59,7 @@ def batch(number: int) -> pb.AppendEventsRequest:
 def test_batches_cut_short_by_a_kill_and_sent_again_are_stored_once_in_order(
     engine: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    folder = tmp_path / "data"
-    folder.mkdir()
-    url = (
-        f"sqlite:///{folder / 'reachstore.db'}"
-        if engine == "sqlite"
-        else request.getfixturevalue("pg_database")
-    )
-    key = PrivateKey.generate()
-    env = {
-        "REACHSTORE_DATA_DIR": str(folder),
-        "REACHSTORE_DATABASE_URL": url,
-        "REACHSTORE_AUDIT_SIGNING_KEY": key.pem(),
-        "REACHSTORE_PII_SECRET": "attack17-killed-mid-append-secret",
-        "REACHSTORE_LIMIT_KEY_WRITE_RATE": "0",
-        "REACHSTORE_LIMIT_TENANT_WRITE_RATE": "0",
-    }
+    env, url, key = audit_settings(engine, tmp_path, request, "attack17-killed-secret")
     batches = [batch(n) for n in range(BATCHES)]
     audit = ServiceProcess(
         "services.audit.main", "reachstore.audit.v1.AuditService", tmp_path, "audit", env

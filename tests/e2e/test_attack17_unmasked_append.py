@@ -95,10 +95,11 @@ def event(n: int, params: dict[str, Any], idempotency_key: str) -> pb.AuditEvent
     return message
 
 
-@pytest.mark.parametrize("engine", ["sqlite", "postgresql"])
-def test_raw_personal_data_sent_to_append_events_never_reaches_the_table(
-    engine: str, tmp_path: Path, request: pytest.FixtureRequest
-) -> None:
+def audit_settings(
+    engine: str, tmp_path: Path, request: pytest.FixtureRequest, pii_secret: str
+) -> tuple[dict[str, str], str, PrivateKey]:
+    """The settings of an audit service on a new SQLite file or PostgreSQL database (its
+    environment, its database URL, its signing key), call-rate limits off."""
     folder = tmp_path / "data"
     folder.mkdir()
     url = (
@@ -111,8 +112,18 @@ def test_raw_personal_data_sent_to_append_events_never_reaches_the_table(
         "REACHSTORE_DATA_DIR": str(folder),
         "REACHSTORE_DATABASE_URL": url,
         "REACHSTORE_AUDIT_SIGNING_KEY": key.pem(),
-        "REACHSTORE_PII_SECRET": PII_SECRET,
+        "REACHSTORE_PII_SECRET": pii_secret,
+        "REACHSTORE_LIMIT_KEY_WRITE_RATE": "0",
+        "REACHSTORE_LIMIT_TENANT_WRITE_RATE": "0",
     }
+    return env, url, key
+
+
+@pytest.mark.parametrize("engine", ["sqlite", "postgresql"])
+def test_raw_personal_data_sent_to_append_events_never_reaches_the_table(
+    engine: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    env, url, key = audit_settings(engine, tmp_path, request, PII_SECRET)
     audit = ServiceProcess(
         "services.audit.main", "reachstore.audit.v1.AuditService", tmp_path, "audit", env
     ).start()
