@@ -26,6 +26,7 @@ import itertools
 import secrets
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -148,9 +149,42 @@ def _timed_batches(
         "seconds": seconds,
         "events_per_s": len(items) / seconds,
         "latency": latency_stats(samples),
+        "samples": samples,
         "cpu_ms_per_1k_events": {"bench": 1e6 * cpu / len(items)},
         "busy_cores": {"ours": cpu / seconds, "machine": machine / seconds},
     }
+
+
+def merged(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One measurement of several slices of the same row (``_timed_batches`` or
+    ``run_appends`` results): events and seconds added up, latency over every sample, CPU
+    per 1000 events weighted by events, busy cores by seconds."""
+    events = sum(p["events"] for p in parts)
+    seconds = sum(p["seconds"] for p in parts)
+    samples = [s for p in parts for s in p["samples"]]
+    result: dict[str, Any] = {
+        "events": events,
+        "seconds": seconds,
+        "events_per_s": events / seconds,
+        "latency": latency_stats(samples),
+        "samples": samples,
+        "cpu_ms_per_1k_events": {
+            name: sum(p["cpu_ms_per_1k_events"][name] * p["events"] for p in parts) / events
+            for name in parts[0]["cpu_ms_per_1k_events"]
+        },
+        "busy_cores": {
+            name: sum(p["busy_cores"][name] * p["seconds"] for p in parts) / seconds
+            for name in parts[0]["busy_cores"]
+        },
+    }
+    if "calls" in parts[0]:
+        result["calls"] = sum(p["calls"] for p in parts)
+        result["failed_calls"] = sum(p["failed_calls"] for p in parts)
+        failures: Counter[str] = Counter()
+        for p in parts:
+            failures.update(p["failures"])
+        result["failures"] = dict(failures)
+    return result
 
 
 def measure_raw_insert(

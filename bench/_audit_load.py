@@ -35,6 +35,7 @@ from reachstore.audit.v1 import audit_service_pb2_grpc as pb_grpc
 from services.common.auth import SERVICE_TENANT
 from services.storage.engine import make_engine, make_sessions
 from services.storage.keys import KeySpec, KeyStore
+from services.storage.schema import migrate_to_head
 
 CALL_TIMEOUT_SECONDS = 120.0
 ATTEMPTS = 10  # calls per batch before the run fails
@@ -73,6 +74,13 @@ class AuditProcess(ServiceProcess):
         return settings
 
     def start(self) -> AuditProcess:
+        # The services refuse a database without the schema: build it as `reachstore
+        # migrate` does, before the process starts.
+        engine = make_engine(self.database_url)
+        try:
+            migrate_to_head(engine)
+        finally:
+            engine.dispose()
         super().start()
         engine = make_engine(self.database_url)
         try:
@@ -181,6 +189,7 @@ def run_appends(
         "seconds": seconds,
         "events_per_s": events / seconds,
         "latency": latency_stats(samples),
+        "samples": samples,
         "calls": len(requests) + len(failures),
         "failed_calls": len(failures),
         "failures": dict(Counter(failures)),

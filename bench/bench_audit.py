@@ -20,11 +20,17 @@ of ``--batch``, ``--events`` events each time (``_audit_events.py`` describes th
    Core (one executemany per transaction of B rows, one thread; no hashing, no chain): the
    ceiling the other rows are divided by;
 2. ``AuditStore.append`` in this process, one thread, no gRPC: the chain (head row locked,
-   one SHA-256 per event) and the ORM, without the service around them;
+   one SHA-256 per event) and the database, without the service around them;
 3. ``AppendEvents`` through gRPC, at each ``--concurrency``: c threads on one channel,
    each sending its next prepared batch of B events when its previous call returned.
    Reported: events/s from the first call to the last reply, its ratio to the raw insert
    rate at the same B, p50/p99 of one call, CPU per 1000 events by process, busy cores.
+
+Each row of 2 and 3 is measured in ``--rounds`` slices, each right after a slice of the
+raw insert at the same B, and divided by the raw rate of those slices: on a machine that
+other work shares, a row and its ceiling then see the same load (measured one after the
+other, the ratio moved by a factor of two between runs minutes apart). The raw insert rows
+add up every raw slice at their B.
 
 Then the correctness checks: one new batch sent twice (the second reply must say all
 duplicates, nothing stored); the stored events per tenant must equal those sent. Then
@@ -72,6 +78,7 @@ from _audit_events import (  # noqa: E402
     batches,
     measure_raw_insert,
     measure_store_append,
+    merged,
     raw_rows,
     raw_table,
     to_request,
@@ -123,6 +130,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="events of each measured row (each batch size, concurrency and path)",
     )
     parser.add_argument("--warmup", type=int, default=2_000, help="untimed events per engine")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=4,
+        help="slices of each row, each after a slice of the raw insert at the same batch size",
+    )
     parser.add_argument("--tenants", type=int, default=4, help="tenants the events go to")
     add_engine_arguments(parser, "audit")
     parser.add_argument(
@@ -145,8 +158,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.concurrencies = _numbers(args.concurrency, "--concurrency", 256)
     except ValueError as exc:
         parser.error(str(exc))
-    if args.events < max(args.batches) or args.warmup < 0:
-        parser.error("--events must be at least the largest batch, --warmup at least 0")
+    if args.events < max(args.batches) or args.warmup < 0 or args.rounds < 1:
+        parser.error(
+            "--events must be at least the largest batch, --warmup at least 0, --rounds 1 or more"
+        )
     if not 1 <= args.tenants <= len(TENANT_NAMES):
         parser.error(f"--tenants: 1 to {len(TENANT_NAMES)}")
     return args
@@ -175,6 +190,15 @@ def _requests(source: EventSource, count: int, batch: int, sent: Counter[str]) -
     return [to_request(chunk) for chunk in batches(events, batch)]
 
 
+def _slices(events: int, rounds: int, batch: int) -> list[int]:
+    """``events`` cut into about ``rounds`` slices, each a whole number of batches."""
+    per = max(batch, events // rounds // batch * batch)
+    sizes = [per] * (events // per)
+    if events % per:
+        sizes.append(events % per)
+    return sizes
+
+
 def measure_writes(
     engine: str,
     args: argparse.Namespace,
@@ -185,7 +209,9 @@ def measure_writes(
     sent: Counter[str],
     report: dict[str, Any],
 ) -> None:
-    """The raw insert ceiling, then AuditStore.append, then AppendEvents, at each batch."""
+    """AuditStore.append, then AppendEvents, at each batch size (and concurrency), each
+    row in ``--rounds`` slices that alternate with slices of the raw insert at the same
+    batch size: a row and its ceiling see the same machine, whatever else runs on it."""
     pids = {"audit": audit.pid}
     top = max(args.batches)
     log(f"{engine}: warm-up, {args.warmup} events through AppendEvents ...")
@@ -193,44 +219,64 @@ def measure_writes(
         run_appends(
             audit.address, _requests(source, args.warmup, top, sent), 1, pids, audit.service_key
         )
-
     table = raw_table()
     table.create(db)
     seqs: dict[str, int] = {}
     if args.warmup:
         measure_raw_insert(db, table, raw_rows(source.fields(args.warmup), seqs), top)
-    raw: dict[int, float] = {}
-    for batch in args.batches:
-        rows = raw_rows(source.fields(args.events), seqs)
-        m = measure_raw_insert(db, table, rows, batch)
-        raw[batch] = m["events_per_s"]
-        report["runs"].append(_row(engine, "raw insert", batch, 1, m))
-        log(f"    raw insert B={batch}: {m['events_per_s']:.0f} rows/s")
-    table.drop(db)
-
-    if args.warmup:
         events = source.fields(min(args.warmup, top))
         measure_store_append(store, events, top)
         sent.update(e["tenant"] for e in events)
-    for batch in args.batches:
-        events = source.fields(args.events)
-        m = measure_store_append(store, events, batch)
-        sent.update(e["tenant"] for e in events)
-        report["runs"].append(_row(engine, "AuditStore.append", batch, 1, m))
-        log(f"    AuditStore.append B={batch}: {m['events_per_s']:.0f} events/s")
+
+    raw_slices: dict[int, list[dict[str, Any]]] = {}
+    rows: list[dict[str, Any]] = []
+
+    def alternate(batch: int, concurrency: int, path: str, measure: Any) -> dict[str, Any]:
+        raws, parts = [], []
+        for n in _slices(args.events, args.rounds, batch):
+            raws.append(measure_raw_insert(db, table, raw_rows(source.fields(n), seqs), batch))
+            parts.append(measure(n))
+        raw_slices.setdefault(batch, []).extend(raws)
+        row = _row(engine, path, batch, concurrency, merged(parts))
+        row["raw_events_per_s"] = merged(raws)["events_per_s"]
+        row["ratio_to_raw"] = row["events_per_s"] / row["raw_events_per_s"]
+        rows.append(row)
+        return row
 
     for batch in args.batches:
+
+        def store_slice(n: int, batch: int = batch) -> dict[str, Any]:
+            events = source.fields(n)
+            sent.update(e["tenant"] for e in events)
+            return measure_store_append(store, events, batch)
+
+        m = alternate(batch, 1, "AuditStore.append", store_slice)
+        log(
+            f"    AuditStore.append B={batch}: {m['events_per_s']:.0f} events/s "
+            f"(raw insert {m['raw_events_per_s']:.0f} in the same rounds)"
+        )
+    for batch in args.batches:
         for conc in args.concurrencies:
-            requests = _requests(source, args.events, batch, sent)
-            m = run_appends(audit.address, requests, conc, pids, audit.service_key)
-            report["runs"].append(_row(engine, "AppendEvents gRPC", batch, conc, m))
+
+            def grpc_slice(n: int, batch: int = batch, conc: int = conc) -> dict[str, Any]:
+                requests = _requests(source, n, batch, sent)
+                return run_appends(audit.address, requests, conc, pids, audit.service_key)
+
+            m = alternate(batch, conc, "AppendEvents gRPC", grpc_slice)
             log(
-                f"    AppendEvents B={batch} c={conc}: {m['events_per_s']:.0f} events/s, "
+                f"    AppendEvents B={batch} c={conc}: {m['events_per_s']:.0f} events/s "
+                f"(raw insert {m['raw_events_per_s']:.0f} in the same rounds), "
                 f"p50 {m['latency']['p50_ms']:.1f} ms, {m['failed_calls']} failed calls"
             )
+    table.drop(db)
+    for batch in args.batches:
+        raw = _row(engine, "raw insert", batch, 1, merged(raw_slices[batch]))
+        raw["raw_events_per_s"], raw["ratio_to_raw"] = raw["events_per_s"], 1.0
+        report["runs"].append(raw)
+        log(f"    raw insert B={batch}: {raw['events_per_s']:.0f} rows/s over every round")
+    report["runs"].extend(rows)
     for run in report["runs"]:
-        if run["engine"] == engine:
-            run["ratio_to_raw"] = run["events_per_s"] / raw[run["batch"]]
+        run.pop("samples", None)
 
 
 def check_store(
@@ -281,7 +327,9 @@ def measure_verify(
 ) -> dict[str, Any]:
     """A checkpoint of every chain, then every chain verified here and through gRPC."""
     signed = store.checkpoint(signer)
-    log(f"{engine}: signed {signed} checkpoint(s); verifying {sum(stored.values())} events ...")
+    log(
+        f"{engine}: signed {len(signed)} checkpoint(s); verifying {sum(stored.values())} events ..."
+    )
     tenants = []
     wall = cpu = 0.0
     for tenant in sorted(stored):
@@ -436,8 +484,10 @@ def print_report(r: dict[str, Any]) -> None:
     p("AppendEvents: c client threads on one gRPC channel, each sending its next batch of B")
     p("  events when the previous call returned; the service masks the params again, hashes")
     p("  and chains each event, and stores the batch in one transaction.")
-    p("ev/s: events / wall time of the row; ÷raw: over the raw insert rate at the same B in the")
-    p("  same run; p50/p99: one batch (transaction / append / AppendEvents from its first call to")
+    p("ev/s: events / wall time of the row; ÷raw: over the raw insert rate at the same B measured")
+    p(f"  in {r['config']['rounds']} slices alternating with the row's own (so both see the same")
+    p("  machine; the raw insert rows add up every slice at that B); p50/p99: one batch")
+    p("  (transaction / append / AppendEvents from its first call to")
     p("  its acknowledgement, resends included); failed: AppendEvents calls that returned an")
     p("  error (each batch is then sent again, as a shipper would). CPU ms per 1000 events: the")
     p("  audit process / this process (the client threads, or the insert / append itself); busy")
@@ -588,6 +638,7 @@ def main(argv: list[str] | None = None) -> int:
             "concurrencies": args.concurrencies,
             "events": args.events,
             "warmup": args.warmup,
+            "rounds": args.rounds,
             "tenants": args.tenants,
         },
         "engines": {},

@@ -18,7 +18,7 @@ import hmac
 import operator
 from collections.abc import Mapping
 from json.encoder import encode_basestring
-from typing import Any
+from typing import Any, NamedTuple
 
 from services.common.canonical import canonical_json
 from services.common.config_errors import ConfigError
@@ -83,6 +83,62 @@ def values_hash(values: tuple[Any, ...]) -> str:
             return hashlib.sha256((_TEMPLATE % tuple(parts)).encode("utf-8")).hexdigest()
     body = canonical_json(dict(zip(HASHED_FIELDS, values, strict=True)))
     return hashlib.sha256(body.encode("utf-8")).hexdigest()
+
+
+# --- appending: the hash of a new event, cut around the previous event's hash -----------------
+#
+# An appender knows every hashed field of a new event but ``prev_hash`` before it holds
+# its tenant's head. ``NewEvent`` carries the canonical JSON of the event cut around that
+# one slot, as UTF-8 bytes, so that under the head's lock linking it is one SHA-256 over
+# three byte strings (``link``), the same hash ``values_hash`` gives.
+
+STORED_FIELDS = tuple(field for field in HASHED_FIELDS if field != "prev_hash")
+_PREV_FIELD = HASHED_FIELDS.index("prev_hash")
+_STORED_SORTED = sorted(range(len(STORED_FIELDS)), key=lambda i: STORED_FIELDS[i])
+_STORED_INT = STORED_FIELDS.index("duration_ms")
+_STORED_INT_SLOT = _STORED_SORTED.index(_STORED_INT)
+_STORED_TEXT = operator.itemgetter(*(i for i in _STORED_SORTED if i != _STORED_INT))
+_PREV_SLOT = _SORTED.index(_PREV_FIELD)
+_PIECES = _TEMPLATE.split("%s")  # the keys, between the value slots; no key holds a "%"
+_BEFORE_PREV = "%s".join(_PIECES[: _PREV_SLOT + 1])
+_AFTER_PREV = "%s".join(_PIECES[_PREV_SLOT + 1 :])
+
+
+class NewEvent(NamedTuple):
+    """An event to append: its ``STORED_FIELDS`` values in that order, and its canonical
+    JSON before and after the ``prev_hash`` value (None for values that are not all text
+    and an integer duration, which ``link`` hashes through ``values_hash``)."""
+
+    values: tuple[Any, ...]
+    around_prev: tuple[bytes, bytes] | None
+
+
+def new_event(values: tuple[Any, ...]) -> NewEvent:
+    """``values`` (``STORED_FIELDS`` in order) ready to be linked."""
+    duration = values[_STORED_INT]
+    if type(duration) is int:
+        try:
+            parts = list(map(encode_basestring, _STORED_TEXT(values)))
+        except TypeError:  # a value that is not text
+            return NewEvent(values, None)
+        parts.insert(_STORED_INT_SLOT, int.__repr__(duration))
+        return NewEvent(
+            values,
+            (
+                (_BEFORE_PREV % tuple(parts[:_PREV_SLOT])).encode("utf-8"),
+                (_AFTER_PREV % tuple(parts[_PREV_SLOT:])).encode("utf-8"),
+            ),
+        )
+    return NewEvent(values, None)
+
+
+def link(event: NewEvent, prev_hash: str) -> str:
+    """The hash of ``event`` placed after the event whose hash is ``prev_hash``."""
+    if event.around_prev is None:
+        values = event.values
+        return values_hash((*values[:_PREV_FIELD], prev_hash, *values[_PREV_FIELD:]))
+    before, after = event.around_prev
+    return hashlib.sha256(before + encode_basestring(prev_hash).encode("utf-8") + after).hexdigest()
 
 
 class Signer:

@@ -1,10 +1,10 @@
 """The audit tables' reader and writer: appending to the chains, checkpoints, listing,
 and feeding ``verify.py``.
 
-Appending locks each tenant's head row (``FOR UPDATE`` on PostgreSQL; SQLite has one
-writer at a time), so a tenant's events get consecutive positions and each links to the
-one before, even with several audit replicas. Event ids are unique: a batch shipped twice
-(the shipper did not see the acknowledgement) stores nothing the second time.
+Appending locks each tenant's head row (``appending.py``; SQLite has one writer at a
+time), so a tenant's events get consecutive positions and each links to the one before,
+even with several audit replicas. Event ids are unique: a batch shipped twice (the
+shipper did not see the acknowledgement) stores nothing the second time.
 """
 
 from __future__ import annotations
@@ -12,22 +12,20 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import Table, func, insert, or_, select, tuple_, update
+from sqlalchemy import func, or_, select, tuple_
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from services.audit.chain import GENESIS, HASHED_FIELDS, event_hash
+from services.audit.appending import Appender
+from services.audit.chain import GENESIS, HASHED_FIELDS, STORED_FIELDS, NewEvent, new_event
 from services.audit.parallel_walk import parallel_walker
 from services.audit.signing import CheckpointKeys, PrivateKey
 from services.audit.verify import INSERTED, Break, Cadence, Report, WitnessedHeads, verify_chain
 from services.audit.witness import APPENDED, CHECKPOINT, UNVOUCHED, Head
 from services.common.timefmt import rfc3339
 from services.storage.audit_models import AuditCheckpointRow, AuditEventRow, AuditHeadRow
-
-# The events' table for Core statements: the ORM's bulk insert builds more per row.
-_EVENTS = cast(Table, AuditEventRow.__table__)
 
 # Rows read per statement while verifying (keyset pages keep memory flat).
 VERIFY_PAGE = 5000
@@ -48,6 +46,7 @@ class EventFilter:
 class AuditStore:
     def __init__(self, sessions: sessionmaker[Session]) -> None:
         self._sessions = sessions
+        self._appender = Appender(sessions.kw["bind"])
 
     # --- appending -------------------------------------------------------------------------
 
@@ -57,61 +56,31 @@ class AuditStore:
         """Stores the events not stored yet, each at the end of its tenant's chain, in one
         transaction. Returns (appended, duplicates). ``record``, the event of the append
         call itself (a fresh id), is stored in the same transaction and not counted."""
+        return self.append_new(
+            [_new(e) for e in events], _new(record) if record is not None else None
+        )
+
+    def append_new(
+        self, events: Sequence[NewEvent], record: NewEvent | None = None
+    ) -> tuple[int, int]:
+        """``append`` of events prepared by ``chain.new_event`` (their canonical JSON made
+        before any lock is taken).
+
+        The first try takes the ids to be new, as they are but for a batch sent again, and
+        skips reading which are stored; a stored one fails that try on the ids'
+        uniqueness, storing nothing, and the next tries look first."""
+        batch = [*events, record] if record is not None else list(events)
+        look = False
         for _ in range(5):
             try:
-                if record is None:
-                    return self._append_once(events)
-                appended, duplicates = self._append_once([*events, record])
-                return appended - 1, duplicates
+                appended = self._appender.append(batch, look_for_stored=look)
             except IntegrityError:
-                # Another appender stored one of these ids, or created a tenant's head,
-                # first: read again and store only what is still missing.
+                # One of these ids is stored (this batch was sent before, or another
+                # appender stored it first): read again and store only what is missing.
+                look = True
                 continue
+            return appended - (record is not None), len(batch) - appended
         raise RuntimeError("appending kept conflicting with concurrent appends")
-
-    def _append_once(self, events: Sequence[Mapping[str, Any]]) -> tuple[int, int]:
-        unique: dict[str, Mapping[str, Any]] = {}
-        for e in events:
-            unique.setdefault(e["event_id"], e)
-        with self._sessions.begin() as session:
-            if session.get_bind().dialect.name == "sqlite":
-                # SQLite ignores FOR UPDATE: take its one write lock before reading the heads,
-                # so two appenders never read the same head.
-                session.execute(
-                    update(AuditHeadRow)
-                    .where(AuditHeadRow.tenant.in_(sorted({e["tenant"] for e in events})))
-                    .values(seq=AuditHeadRow.seq)
-                )
-            stored = set(
-                session.scalars(
-                    select(AuditEventRow.event_id).where(AuditEventRow.event_id.in_(list(unique)))
-                )
-            )
-            fresh = [e for event_id, e in unique.items() if event_id not in stored]
-            by_tenant: dict[str, list[Mapping[str, Any]]] = {}
-            for e in fresh:
-                by_tenant.setdefault(e["tenant"], []).append(e)
-            for tenant in sorted(by_tenant):  # one lock order for every appender
-                head = session.scalar(
-                    select(AuditHeadRow).where(AuditHeadRow.tenant == tenant).with_for_update()
-                )
-                if head is None:
-                    head = AuditHeadRow(tenant=tenant, seq=0, hash=GENESIS)
-                    session.add(head)
-                    session.flush()
-                rows = []
-                seq, digest = head.seq, head.hash
-                for e in by_tenant[tenant]:
-                    fields = {**e, "prev_hash": digest}
-                    digest = event_hash(fields)
-                    seq += 1
-                    rows.append({**fields, "seq": seq, "hash": digest})
-                # One multi-row INSERT, not an ORM object per event: building and flushing
-                # those was most of an append's cost (bench/bench_audit.py).
-                session.execute(insert(_EVENTS), rows)
-                head.seq, head.hash = seq, digest
-            session.flush()
-        return len(fresh), len(events) - len(fresh)
 
     # --- checkpoints -----------------------------------------------------------------------
 
@@ -345,3 +314,7 @@ def _signed(head: AuditHeadRow, key: PrivateKey, signed_at: str, kind: str) -> H
         signature=key.sign(head.tenant, head.seq, head.hash, signed_at),
         kind=kind,
     )
+
+
+def _new(event: Mapping[str, Any]) -> NewEvent:
+    return new_event(tuple(event[field] for field in STORED_FIELDS))

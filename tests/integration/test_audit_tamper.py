@@ -23,10 +23,10 @@ from typing import Any
 
 import pytest
 from sqlalchemy import Connection, Engine, text
-from sqlalchemy import event as sqlalchemy_event
 from sqlalchemy.exc import DBAPIError
 
 from services.audit import parallel_walk
+from services.audit.appending import Appender
 from services.audit.chain import HASHED_FIELDS, canonical_json, event_hash
 from services.audit.signing import CheckpointKeys, PrivateKey
 from services.audit.store import AuditStore
@@ -433,20 +433,25 @@ def test_concurrent_appends_to_one_tenant_form_one_chain(trail: Trail) -> None:
     assert_untouched(trail, "acme", events=total, checkpoints=2)
 
 
-def test_a_second_appender_waits_while_the_first_holds_the_head(trail: Trail) -> None:
+def test_a_second_appender_waits_while_the_first_holds_the_head(
+    trail: Trail, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The store's promise: an appender holds its tenant's head from reading it until it
     commits, so appenders to one tenant take turns instead of colliding. The first one is
-    paused right after reading the head; the second must not finish meanwhile."""
+    paused right after reading the head (while it links its events to it); the second must
+    not finish meanwhile."""
     head_read, resume = threading.Event(), threading.Event()
+    link_rows = Appender._chain
 
-    def pause_after_reading_the_head(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        if threading.current_thread() is first and "FROM audit_heads" in statement:
+    def pause_after_reading_the_head(*args: Any) -> Any:
+        if threading.current_thread() is first:
             head_read.set()
             resume.wait(10)
+        return link_rows(*args)
 
+    monkeypatch.setattr(Appender, "_chain", staticmethod(pause_after_reading_the_head))
     first = threading.Thread(target=trail.store.append, args=(events("acme", 21, 21),))
     second = threading.Thread(target=trail.store.append, args=(events("acme", 22, 22),))
-    sqlalchemy_event.listen(trail.engine, "after_cursor_execute", pause_after_reading_the_head)
     try:
         first.start()
         assert head_read.wait(10)
@@ -457,7 +462,6 @@ def test_a_second_appender_waits_while_the_first_holds_the_head(trail: Trail) ->
         resume.set()
         first.join(10)
         second.join(10)
-        sqlalchemy_event.remove(trail.engine, "after_cursor_execute", pause_after_reading_the_head)
     assert_untouched(trail, "acme", events=22, checkpoints=2)
     assert not finished_meanwhile, "the second appender read the head the first one held"
 

@@ -561,25 +561,105 @@ def test_log_lines_are_masked_with_the_same_masker() -> None:
     assert masker.mask_text("13800138000") in line  # the same token as receipts and the trail
 
 
-def test_the_digit_count_shortcut_never_skips_a_match() -> None:
-    """``mask_text`` skips the finders when a text has too few digits for any of them; on
-    random texts built from the characters the finders look for, whenever it would skip,
-    no finder finds anything."""
+def test_the_shortcut_never_skips_a_match() -> None:
+    """``mask_text`` skips the finders when a text has no "@", no "+" and no run of digits
+    long enough for any of them; on random texts built from the characters the finders
+    look for, whenever it would skip, no finder finds anything."""
     import random
 
-    from services.common.pii import _FINDERS, _may_hold_personal_data
+    from services.common.pii import _FINDERS, _may_hold_personal_data, _suspect_spots
 
     rng = random.Random(20261202)
-    alphabet = "0123456789" * 4 + "+ -.()xX@" + "ab"
     skipped = 0
-    for _ in range(20_000):
-        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 24)))
-        if _may_hold_personal_data(text):
-            continue
-        skipped += 1
-        found = [span for find in _FINDERS for span in find(text)]
-        assert not found, (text, found)
-    assert skipped > 1_000  # the check above ran on many texts the shortcut skips
+    for alphabet, longest in (
+        ("0123456789" * 4 + "+ -.()xX@" + "ab", 24),
+        # No "@" nor "+": only the runs decide, over texts long enough to hold any kind.
+        ("0123456789" * 6 + "1" * 6 + "  --.,()xXab", 40),
+    ):
+        for _ in range(30_000):
+            text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, longest)))
+            may = _may_hold_personal_data(text)
+            assert may == bool(_suspect_spots(text)), text
+            if may:
+                continue
+            skipped += 1
+            found = [span for find in _FINDERS for span in find(text)]
+            assert not found, (text, found)
+    assert skipped > 10_000  # the check above ran on many texts the shortcut skips
     # Each kind at its fewest digits is still looked for.
-    for text in ("+1 415 555", "13812345678", "4111111111111111", "a@b.io"):
+    for text in ("+1 415 555", "13812345678", "138 1234 5678", "4111111111111111", "a@b.io"):
         assert _may_hold_personal_data(text), text
+    # Order numbers, dates and amounts are not.
+    for text in ("ORD-2026-00012345", "2026-12-05T01:08:23.007Z", "12345.50", "v1.2.3"):
+        assert not _may_hold_personal_data(text), text
+
+
+# --- many values in one pass --------------------------------------------------------------
+
+_PII = ["13800138000", "zhang.san@example.com", "+44 20 7946 0958", "4111 1111 1111 1111",
+        "11010519491231002X", "１３８００１３８０００", "[phone:0a1b2c3d]", "ORD-2026-00012345",
+        "138 0013 8000", "12345678901234", "k-1", "", "订单"]  # fmt: skip
+_KEYS = ["note", "phone", "customerName", "order_id", "items", "entity_id", "channel_name"]
+
+
+def _json_like() -> Any:
+    from hypothesis import strategies as st
+
+    text = st.one_of(st.sampled_from(_PII), st.text(max_size=12))
+    leaf = st.one_of(
+        text, st.none(), st.booleans(), st.integers(-(10**21), 10**21), st.floats(),
+        st.sampled_from([13800138000, 13800138000.0, 4111111111111111.0, 1.5e19]),
+    )  # fmt: skip
+    key = st.one_of(st.sampled_from(_KEYS), st.sampled_from(_PII), st.text(max_size=6))
+    return st.recursive(
+        leaf,
+        lambda inner: st.one_of(
+            st.lists(inner, max_size=4), st.dictionaries(key, inner, max_size=4)
+        ),
+        max_leaves=12,
+    )
+
+
+def test_mask_json_is_canonical_json_of_mask_value() -> None:
+    """The one-pass check over a batch may only skip what ``mask_value`` leaves as it is:
+    for any JSON-like values, each text is the canonical JSON of the value masked on its
+    own."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from services.common.canonical import canonical_json
+
+    @settings(max_examples=400, deadline=None)
+    @given(st.lists(_json_like(), min_size=1, max_size=6))
+    def check(values: list[Any]) -> None:
+        assert M.mask_json(values) == [canonical_json(M.mask_value(v)) for v in values]
+
+    check()
+
+
+def test_mask_texts_masks_each_text_as_mask_text_does() -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=400, deadline=None)
+    @given(st.lists(st.one_of(st.sampled_from(_PII), st.text(max_size=20)), max_size=12))
+    def check(texts: list[str]) -> None:
+        assert M.mask_texts(texts) == [M.mask_text(t) for t in texts]
+
+    check()
+
+
+def test_one_raw_value_among_many_clean_ones_is_masked() -> None:
+    clean = {"channel": "sms", "params": {"phone": "[phone:0a1b2c3d]", "order": "ORD-1"}}
+    values = [clean] * 50 + [{"note": "call 13800138000"}] + [clean] * 50
+    masked = M.mask_json(values)
+    assert masked[50] == '{"note":"call ' + PHONE + '"}'
+    assert masked[:50] == masked[51:] == [canonical_json_of(clean)] * 50
+    texts = ["k-1"] * 30 + ["zhang.san@example.com"] + ["k-2"] * 30
+    assert M.mask_texts(texts) == ["k-1"] * 30 + [MAIL] + ["k-2"] * 30
+
+
+def canonical_json_of(value: Any) -> str:
+    from services.common.canonical import canonical_json
+
+    return canonical_json(value)

@@ -20,6 +20,7 @@ import datetime as dt
 import json
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 import grpc
@@ -29,16 +30,17 @@ from reachstore.audit.v1 import audit_service_pb2 as pb
 from reachstore.audit.v1 import audit_service_pb2_grpc as pb_grpc
 from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
 from services.audit import verify as checks
-from services.audit.chain import canonical_json
+from services.audit.api.intake import new_events
+from services.audit.chain import STORED_FIELDS, NewEvent, new_event
 from services.audit.checkpointing import Checkpointer
 from services.audit.store import AuditStore, EventFilter
 from services.audit.verify_settings import WITNESS_BROKEN, Verifier
 from services.audit.visibility import may_read
 from services.common import errors, names, paging
 from services.common.auth import Caller
+from services.common.canonical import canonical_json
 from services.common.identity import caller
 from services.common.pii import Masker
-from services.common.structs import struct_to_python
 from services.common.timefmt import parse_rfc3339, rfc3339
 from services.common.tracing import trace_from_metadata
 from services.storage.audit_models import AuditEventRow
@@ -65,6 +67,7 @@ _BREAKS = {
     checks.CADENCE_GAP: pb.BREAK_KIND_CADENCE_GAP,
     checks.UNVOUCHED_TAIL: pb.BREAK_KIND_UNVOUCHED_TAIL,
 }
+_TENANT = STORED_FIELDS.index("tenant")
 _CATEGORIES = {
     name.removeprefix("CATEGORY_").lower(): value
     for name, value in pf_pb2.Category.items()
@@ -94,40 +97,6 @@ def event_to_pb(row: AuditEventRow) -> pb.AuditEvent:
     return message
 
 
-def _event_fields(message: pb.AuditEvent, masker: Masker, index: int) -> dict[str, Any]:
-    """The stored fields of an appended event, checked and masked."""
-    where = f"events[{index}]"
-    if not 1 <= len(message.event_id) <= 64:
-        raise errors.invalid(f"{where}.event_id", "1 to 64 characters")
-    if not 1 <= len(message.tenant) <= 64:
-        raise errors.invalid(f"{where}.tenant", "the tenant, 1 to 64 characters")
-    parse_rfc3339(message.time, f"{where}.time")  # stored as sent: it is hashed as written
-    if not message.service or not message.method:
-        raise errors.invalid(f"{where}.service", "service and method are required")
-    params = masker.mask_value(struct_to_python(message.params))
-    category = ""
-    if message.category:
-        if message.category not in pf_pb2.Category.values():
-            # An open enum carries numbers nobody defined; Name() would raise on them.
-            raise errors.invalid(f"{where}.category", "one of the Category values")
-        category = pf_pb2.Category.Name(message.category).removeprefix("CATEGORY_").lower()
-    return {
-        "event_id": message.event_id,
-        "time": message.time,
-        "tenant": message.tenant,
-        "caller_key_id": message.caller_key_id[:32],
-        "service": message.service[:32],
-        "method": message.method[:64],
-        "idempotency_key": masker.mask_text(message.idempotency_key)[:512],
-        "params_json": canonical_json(params),
-        "result_status": (message.result_status or "ok")[:32],
-        "error_code": message.error_code[:64],
-        "category": category,
-        "duration_ms": max(0, message.duration_ms),
-        "trace_id": message.trace_id[:32],
-    }
-
-
 class AuditServicer(pb_grpc.AuditServiceServicer):
     def __init__(
         self,
@@ -151,24 +120,26 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
             names.check_count(request.events, "events", MAX_BATCH, "events")
             if not request.events:
                 raise errors.invalid("events", f"1 to {MAX_BATCH} events per batch")
-            fields = [_event_fields(e, self._masker, i) for i, e in enumerate(request.events)]
-            _check_tenants(who, fields)
+            events = new_events(request.events, self._masker)
+            _check_tenants(who, request.events)
         except errors.ReachstoreError as exc:
             refused = self._append_record(who, request.events, started, trace, refusal=exc)
             await asyncio.to_thread(self._append_witnessed, [refused])
             raise
         record = self._append_record(who, request.events, started, trace)
-        appended, duplicates = await asyncio.to_thread(self._append_witnessed, fields, record)
+        appended, duplicates = await asyncio.to_thread(self._append_witnessed, events, record)
         return pb.AppendEventsResponse(appended=appended, duplicates=duplicates)
 
     def _append_witnessed(
-        self, events: list[dict[str, Any]], record: dict[str, Any] | None = None
+        self, events: list[NewEvent], record: NewEvent | None = None
     ) -> tuple[int, int]:
         """Stores the events, then hands the heads they moved to the witnesses before the
         call is answered (``Checkpointer.witness_appends``)."""
-        counts = self._store.append(events, record)
+        counts = self._store.append_new(events, record)
         if self._checkpointer is not None:
-            touched = {e["tenant"] for e in events} | ({record["tenant"]} if record else set())
+            touched = {e.values[_TENANT] for e in events}
+            if record is not None:
+                touched.add(record.values[_TENANT])
             self._checkpointer.witness_appends(sorted(touched))
         return counts
 
@@ -179,7 +150,7 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
         started: float,
         trace: str,
         refusal: errors.ReachstoreError | None = None,
-    ) -> dict[str, Any]:
+    ) -> NewEvent:
         """The trail's event of one AppendEvents call, in the calling key's tenant."""
         ids = [e.event_id[:64] for e in events[:MAX_RECORDED_IDS]]
         counts = collections.Counter(e.tenant[:64] for e in events[:MAX_BATCH])
@@ -195,21 +166,23 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
             status, code = refusal.spec.grpc_status.name, refusal.code
             category = pf_pb2.Category.Name(refusal.failure.category)
             category = category.removeprefix("CATEGORY_").lower()
-        return {
-            "event_id": uuid.uuid4().hex,
-            "time": rfc3339(dt.datetime.now(dt.UTC)),
-            "tenant": who.tenant,
-            "caller_key_id": who.key_id,
-            "service": "audit",
-            "method": "AppendEvents",
-            "idempotency_key": "",
-            "params_json": canonical_json(self._masker.mask_value(params)),
-            "result_status": status,
-            "error_code": code,
-            "category": category,
-            "duration_ms": int((time.monotonic() - started) * 1000),
-            "trace_id": trace,
-        }
+        return new_event(
+            (
+                uuid.uuid4().hex,
+                rfc3339(dt.datetime.now(dt.UTC)),
+                who.tenant,
+                who.key_id,
+                "audit",
+                "AppendEvents",
+                "",
+                canonical_json(self._masker.mask_value(params)),
+                status,
+                code,
+                category,
+                int((time.monotonic() - started) * 1000),
+                trace,
+            )
+        )
 
     async def ListEvents(
         self, request: pb.ListEventsRequest, context: grpc.aio.ServicerContext
@@ -345,12 +318,12 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
         return response
 
 
-def _check_tenants(who: Caller, fields: list[dict[str, Any]]) -> None:
+def _check_tenants(who: Caller, events: Sequence[pb.AuditEvent]) -> None:
     """Only a deployment service key writes into other tenants' chains."""
     if who.is_deployment_service:
         return
-    for i, event in enumerate(fields):
-        if event["tenant"] != who.tenant:
+    for i, event in enumerate(events):
+        if event.tenant != who.tenant:
             raise errors.ReachstoreError(
                 errors.AUDIT_TENANT_NOT_ALLOWED,
                 f"events[{i}].tenant: this key appends events of its own tenant "

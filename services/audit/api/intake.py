@@ -1,0 +1,70 @@
+"""The events of an AppendEvents call as the audit service stores them: checked, masked
+again, and cut for the chain (``chain.new_event``), all before any lock is taken.
+
+Masking again on arrival keeps a service that forgot from putting personal data into the
+trail. The services mask before they send, so almost every batch has nothing left to
+mask: ``Masker.mask_json`` and ``Masker.mask_texts`` tell that in one pass over the whole
+batch, and mask one event at a time only when that pass finds something that might be
+personal data. (py-spy on the audit service, before: masking each string of each event
+on its own 14 % of its samples, reading the request's fields into dicts 18 %.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from reachstore.audit.v1 import audit_service_pb2 as pb
+from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
+from services.audit.chain import NewEvent, new_event
+from services.common import errors
+from services.common.pii import Masker
+from services.common.structs import struct_to_python
+from services.common.timefmt import parse_rfc3339
+
+# Category number -> the stored name ("" for unspecified).
+_CATEGORY_NAMES = {
+    value: "" if value == pf_pb2.CATEGORY_UNSPECIFIED else name.removeprefix("CATEGORY_").lower()
+    for name, value in pf_pb2.Category.items()
+}
+
+
+def new_events(messages: Sequence[pb.AuditEvent], masker: Masker) -> list[NewEvent]:
+    """The stored form of each appended event, checked (INVALID_ARGUMENT naming the first
+    field that fails) and masked."""
+    checked = [_checked(message, index) for index, message in enumerate(messages)]
+    params_json = masker.mask_json([struct_to_python(m.params) for m in messages])
+    keys = masker.mask_texts([m.idempotency_key for m in messages])
+    # STORED_FIELDS in order: the six before the idempotency key, the key, the params, the
+    # five after them.
+    return [
+        new_event((*before, key[:512], text, *after))
+        for (before, after), key, text in zip(checked, keys, params_json, strict=True)
+    ]
+
+
+def _checked(message: pb.AuditEvent, index: int) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """The event's fields before the idempotency key and after the params, in
+    STORED_FIELDS order, checked."""
+    event_id, tenant, time = message.event_id, message.tenant, message.time
+    service, method = message.service, message.method
+    if not 1 <= len(event_id) <= 64:
+        raise errors.invalid(f"events[{index}].event_id", "1 to 64 characters")
+    if not 1 <= len(tenant) <= 64:
+        raise errors.invalid(f"events[{index}].tenant", "the tenant, 1 to 64 characters")
+    parse_rfc3339(time, f"events[{index}].time")  # stored as sent: it is hashed as written
+    if not service or not method:
+        raise errors.invalid(f"events[{index}].service", "service and method are required")
+    category = _CATEGORY_NAMES.get(message.category)
+    if category is None:
+        # An open enum carries numbers nobody defined.
+        raise errors.invalid(f"events[{index}].category", "one of the Category values")
+    before = (event_id, time, tenant, message.caller_key_id[:32], service[:32], method[:64])
+    after = (
+        (message.result_status or "ok")[:32],
+        message.error_code[:64],
+        category,
+        max(0, message.duration_ms),
+        message.trace_id[:32],
+    )
+    return before, after
