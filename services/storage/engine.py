@@ -68,3 +68,12 @@ def _replace_if_gone(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
 
 def make_sessions(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(engine, expire_on_commit=False)
+
+
+def single_statement_reads(engine: Engine) -> Engine:
+    """The engine to run a read of one statement on: on PostgreSQL in autocommit, which
+    saves the BEGIN and ROLLBACK round trips around it (SQLite begins no transaction for a
+    read anyway). Same pool, same connections."""
+    if engine.dialect.name == "postgresql":
+        return engine.execution_options(isolation_level="AUTOCOMMIT")
+    return engine
