@@ -16,6 +16,23 @@ READY_PREFIX = "reachstore ready: "
 START_TIMEOUT_SECONDS = 90.0
 
 
+def start_service_once(
+    component: str, data_dir: Path, extra_env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -m services.<component>.main`` with no REACHSTORE_* setting but the data
+    folder and ``extra_env``, run to its end: for a service that must refuse to start."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REACHSTORE_")}
+    env.update(extra_env or {}, REACHSTORE_DATA_DIR=str(data_dir))
+    return subprocess.run(
+        [sys.executable, "-m", f"services.{component}.main"],
+        cwd=Path(__file__).resolve().parents[2],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 def _ports_free(ports: list[int]) -> bool:
     for port in ports:
         with socket.socket() as sock:

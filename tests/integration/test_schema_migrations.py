@@ -3,7 +3,6 @@ back from the database's own catalogue, services refusing a schema not at head."
 
 from __future__ import annotations
 
-import os
 import re
 import sqlite3
 import subprocess
@@ -23,6 +22,7 @@ from services.storage.engine import make_engine
 from services.storage.models import Base
 from services.storage.schema import COMPARE, LOCK_KEY, head_revision, migrate_to_head
 from tests.conftest import PG_ADMIN_URL
+from tests.e2e.system import start_service_once
 
 ROOT = Path(__file__).resolve().parents[2]
 PREVIOUS = Path(__file__).with_name("previous_release")
@@ -233,22 +233,9 @@ def test_migrations_started_at_once_on_sqlite_take_turns(tmp_path: Path) -> None
     _check_once_at_head(url, _outcomes(processes))
 
 
-def _start(component: str, data_dir: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REACHSTORE_")}
-    env["REACHSTORE_DATA_DIR"] = str(data_dir)
-    return subprocess.run(
-        [sys.executable, "-m", f"services.{component}.main"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 @pytest.mark.parametrize("component", COMPONENTS)
 def test_a_service_refuses_an_empty_database(component: str, tmp_path: Path) -> None:
-    started = _start(component, tmp_path)
+    started = start_service_once(component, tmp_path)
     assert started.returncode == 2, started.stderr
     assert "Traceback" not in started.stderr
     assert f"reachstore {component}: refusing to start: the database has no reachstore " in (
@@ -260,7 +247,7 @@ def test_a_service_refuses_an_empty_database(component: str, tmp_path: Path) -> 
 @pytest.mark.parametrize("component", ["ingest", "audit"])
 def test_a_service_refuses_a_previous_release_database(component: str, tmp_path: Path) -> None:
     _load_previous_release(f"sqlite:///{tmp_path / 'reachstore.db'}")
-    started = _start(component, tmp_path)
+    started = start_service_once(component, tmp_path)
     assert started.returncode == 2, started.stderr
     assert "Traceback" not in started.stderr
     assert "was made by a release before migrations" in started.stderr
@@ -272,7 +259,7 @@ def test_a_service_refuses_a_database_a_newer_release_migrated(tmp_path: Path) -
     assert _migrate(url).returncode == 0
     with sqlite3.connect(tmp_path / "reachstore.db") as conn:
         conn.execute("UPDATE alembic_version SET version_num = '9999'")
-    started = _start("query", tmp_path)
+    started = start_service_once("query", tmp_path)
     assert started.returncode == 2, started.stderr
     assert "Traceback" not in started.stderr
     assert "revision 9999, which this reachstore does not know" in started.stderr

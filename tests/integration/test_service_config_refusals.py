@@ -4,15 +4,13 @@ the variable and the rule, no traceback. An operator's mistake is not a crash.""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from services.storage.engine import make_engine
 from services.storage.schema import migrate_to_head
+from tests.e2e.system import start_service_once
 
 pytestmark = pytest.mark.e2e
 
@@ -39,16 +37,7 @@ def test_a_bad_setting_is_one_line_and_status_2(
     engine = make_engine(f"sqlite:///{data / 'reachstore.db'}")
     migrate_to_head(engine)
     engine.dispose()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REACHSTORE_")}
-    env.update(extra, REACHSTORE_DATA_DIR=str(data))
-    result = subprocess.run(
-        [sys.executable, "-m", f"services.{component}.main"],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = start_service_once(component, data, extra)
     assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
     assert "Traceback" not in result.stderr, result.stderr[-2000:]
     lines = [line for line in result.stderr.splitlines() if named in line]
