@@ -34,6 +34,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
+from services.storage.engine import make_engine
+from services.storage.schema import migrate_to_head
+
 ROOT = Path(__file__).resolve().parent.parent
 CHANNEL = "bench-hook"
 ACTION_TYPE = "notify"
@@ -53,6 +56,16 @@ window = "none"
 [channels.{channel}.webhook]
 url = "{url}"
 """
+
+
+def migrate(database_url: str) -> None:
+    """Brings the database to the newest schema (``reachstore migrate``); a database
+    already there is left as it is."""
+    engine = make_engine(database_url)
+    try:
+        migrate_to_head(engine)
+    finally:
+        engine.dispose()
 
 
 def free_port() -> int:
@@ -89,6 +102,7 @@ class ServiceProcess:
 
     def start(self) -> Self:
         self.folder.mkdir(parents=True, exist_ok=True)
+        migrate(self.database_url)  # services refuse a database not at the newest schema
         self.address = f"127.0.0.1:{free_port()}"
         # Nothing of the caller's REACHSTORE_* settings leaks in (REQUIRE_KEYS, limits ...).
         env = {k: v for k, v in os.environ.items() if not k.startswith("REACHSTORE_")}

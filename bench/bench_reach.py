@@ -113,6 +113,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--ceiling-posts", type=int, default=5000, help="timed posts of the ceiling measurement"
     )
     add_engine_arguments(parser, "reach")
+    parser.add_argument("--skip-sqlite", action="store_true", help="PostgreSQL only")
     parser.add_argument(
         "--profile",
         type=Path,
@@ -414,7 +415,14 @@ def main(argv: list[str] | None = None) -> int:
             ceiling["p50_ms"] = latency_stats(ceiling.pop("seconds_each"))["p50_ms"]
             report["ceiling"] = ceiling
             log(f"    {ceiling['posts_per_s']:.0f} posts/s")
-            engines = ["sqlite"] if args.skip_postgres else ["sqlite", "postgresql"]
+            engines = [
+                engine
+                for engine, skip in (
+                    ("sqlite", args.skip_sqlite),
+                    ("postgresql", args.skip_postgres),
+                )
+                if not skip
+            ]
             for engine in engines:
                 run_engine(
                     engine, args, tmp_root, receiver, numbers, ceiling["posts_per_s"], report
