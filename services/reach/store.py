@@ -218,6 +218,13 @@ class ReachStore:
         # per table per transaction.
         self._engine = cast(Engine, sessions.kw["bind"])
         self._postgres = self._engine.dialect.name == "postgresql"
+        # Reads of one statement need no transaction: on PostgreSQL that saves the BEGIN
+        # and ROLLBACK round trips around each (SQLite begins none for a read anyway).
+        self._reads = (
+            self._engine.execution_options(isolation_level="AUTOCOMMIT")
+            if self._postgres
+            else self._engine
+        )
 
     def clock(self) -> float:
         """The database's clock now (``services.storage.clock``), for the idempotency
@@ -244,7 +251,11 @@ class ReachStore:
             try:
                 # The look-up and the insert share one transaction: one commit per task.
                 with self._sessions.begin() as session:
-                    now = db_clock(session)
+                    now = (
+                        float(session.connection().execute(_PG_CLOCK).scalar_one())
+                        if self._postgres
+                        else machine_clock()
+                    )
                     plan = plan_for(now)
                     found = self._existing(session, plan)
                     if found is not None:
@@ -273,11 +284,17 @@ class ReachStore:
                 return Reserved(task, self._actions_of(session, task.task_id), True)
         candidates = {a.name: (a.idem_key, *a.earlier_keys) for a in plan.actions}
         keys = [key for texts in candidates.values() for key in texts]
-        held = session.scalars(
-            select(ReachActionRow).where(
-                ReachActionRow.tenant == plan.tenant, ReachActionRow.idem_key.in_(keys)
+        # Plain rows on the session's connection: on a new task (the usual case) this read
+        # finds nothing, and the ORM would cost more than the statement.
+        held = (
+            session.connection()
+            .execute(
+                select(_ACTIONS.c.action_id, _ACTIONS.c.task_id, _ACTIONS.c.idem_key).where(
+                    _ACTIONS.c.tenant == plan.tenant, _ACTIONS.c.idem_key.in_(keys)
+                )
             )
-        ).all()
+            .all()
+        )
         if not held:
             return None
         by_key = {row.idem_key: row for row in held}
@@ -395,19 +412,13 @@ class ReachStore:
         self, tenant: str, task_id: str
     ) -> tuple[ReachTaskRow, list[ReachActionRow]] | None:
         found = self._tasks_with_actions(
-            select(ReachTaskRow.task_id).where(
-                ReachTaskRow.task_id == task_id, ReachTaskRow.tenant == tenant
-            )
+            select(_TASKS.c.task_id).where(_TASKS.c.task_id == task_id, _TASKS.c.tenant == tenant)
         )
         return found[0] if found else None
 
     def task_version(self, tenant: str, task_id: str) -> tuple[int, str] | None:
-        with self._sessions() as session:
-            row = session.execute(
-                select(ReachTaskRow.version, ReachTaskRow.state).where(
-                    ReachTaskRow.task_id == task_id, ReachTaskRow.tenant == tenant
-                )
-            ).first()
+        with self._reads.connect() as conn:
+            row = conn.execute(_TASK_VERSION, {"task_id": task_id, "tenant": tenant}).first()
             return None if row is None else (row[0], row[1])
 
     def list_tasks(
@@ -439,18 +450,24 @@ class ReachStore:
     def _tasks_with_actions(self, task_ids: Any) -> list[tuple[ReachTaskRow, list[ReachActionRow]]]:
         """The tasks ``task_ids`` selects, newest first, with their actions — read in ONE
         statement, so a task and its actions always come from the same moment (two reads
-        could show a task still running next to actions that all finished)."""
+        could show a task still running next to actions that all finished). Core, on a
+        connection of its own: long-polls read this several times per action."""
         page = task_ids.subquery()
-        with self._sessions() as session:
-            rows = session.execute(
-                select(ReachTaskRow, ReachActionRow)
-                .join(ReachActionRow, ReachActionRow.task_id == ReachTaskRow.task_id)
-                .where(ReachTaskRow.task_id.in_(select(page.c.task_id)))
-                .order_by(ReachTaskRow.task_id.desc(), ReachActionRow.position)
+        with self._reads.connect() as conn:
+            rows = conn.execute(
+                select(*_TASK_LABELS, _ACTIONS)
+                .join(_ACTIONS, _ACTIONS.c.task_id == _TASKS.c.task_id)
+                .where(_TASKS.c.task_id.in_(select(page.c.task_id)))
+                .order_by(_TASKS.c.task_id.desc(), _ACTIONS.c.position)
             ).all()
         found: dict[str, tuple[ReachTaskRow, list[ReachActionRow]]] = {}
-        for task, action in rows:
-            found.setdefault(task.task_id, (task, []))[1].append(action)
+        for row in rows:
+            values = row._mapping
+            task_id = values["t_task_id"]
+            if task_id not in found:
+                task = ReachTaskRow(**{key: values[f"t_{key}"] for key in _TASK_KEYS})
+                found[task_id] = (task, [])
+            found[task_id][1].append(ReachActionRow(**{key: values[key] for key in _ACTION_KEYS}))
         return list(found.values())
 
     def task_of_action(self, tenant: str, action_id: str) -> str | None:
@@ -822,6 +839,14 @@ _MUTABLE = (
     "accepted_at",
     "updated_at",
     "finished_at",
+)
+_TASK_KEYS = tuple(c.key for c in _TASKS.c)
+_ACTION_KEYS = tuple(c.key for c in _ACTIONS.c)
+# The task's columns under names of their own, next to the action's in one joined read.
+_TASK_LABELS = tuple(c.label(f"t_{c.key}") for c in _TASKS.c)
+_PG_CLOCK = select(pg_clock())
+_TASK_VERSION = select(_TASKS.c.version, _TASKS.c.state).where(
+    _TASKS.c.task_id == bindparam("task_id"), _TASKS.c.tenant == bindparam("tenant")
 )
 _TASK_MUTABLE = ("state", "version", "updated_at", "finished_at")
 # Guarded by the state and lease read under the lock as well: a row that changed anyway
