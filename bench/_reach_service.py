@@ -227,9 +227,21 @@ class ReachProcess(ServiceProcess):
     module = "services.reach.main"
     name = "reach"
 
-    def __init__(self, folder: Path, database_url: str, receiver_url: str, log_level: str):
+    # One secret for every reach process of a run: replicas of one deployment share it
+    # (services/reach/idempotency.py), or one intent would get a key per process.
+    PII_SECRET = secrets.token_hex(32)
+
+    def __init__(
+        self,
+        folder: Path,
+        database_url: str,
+        receiver_url: str,
+        log_level: str,
+        worker_id: str = "bench-reach",
+    ):
         super().__init__(folder, database_url, log_level)
         self.receiver_url = receiver_url
+        self.worker_id = worker_id
 
     def own_settings(self) -> dict[str, str]:
         config = self.folder / "reach.toml"
@@ -237,7 +249,11 @@ class ReachProcess(ServiceProcess):
             _CONFIG.format(channel=CHANNEL, action_type=ACTION_TYPE, url=self.receiver_url),
             encoding="utf-8",
         )
-        return {"REACHSTORE_REACH_CONFIG": str(config), "REACHSTORE_WORKER_ID": "bench-reach"}
+        return {
+            "REACHSTORE_REACH_CONFIG": str(config),
+            "REACHSTORE_WORKER_ID": self.worker_id,
+            "REACHSTORE_PII_SECRET": self.PII_SECRET,
+        }
 
 
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
