@@ -71,7 +71,7 @@ from _reach_service import (  # noqa: E402
     postgres_database,
 )
 from _report import machine_facts  # noqa: E402
-from _stats import latency_stats  # noqa: E402
+from _stats import Pids, latency_stats  # noqa: E402
 
 from services.reach.config import ReachConfig  # noqa: E402
 from services.reach.executor import IDLE_POLL_SECONDS  # noqa: E402
@@ -233,7 +233,7 @@ def run_engine(
                     out = args.profile / f"reach-{engine}-c{conc}.txt"
                     report["profiles"][engine] = {"path": str(out), "concurrency": conc}
                     during = functools.partial(PySpyRecording, args.py_spy, reach.pid, out)
-                pids = {"reach": [one.pid for one in fleet], "receiver": receiver.pid}
+                pids: Pids = {"reach": [one.pid for one in fleet], "receiver": receiver.pid}
                 addresses = [one.address for one in fleet]
                 run = run_load(addresses, conc, warmup, actions, numbers, pids, during)
                 run["reach_processes"] = count
