@@ -384,10 +384,13 @@ class ReachStore:
             }
             for i, a in enumerate(plan.actions)
         ]
-        # The task row first: actions reference it.
+        # The task row first (actions reference it), through the session: that marks the
+        # transaction as writing, so its commit adds the call's audit event
+        # (outbox.install). The rest go straight to the session's connection.
         session.execute(insert(_TASKS), [task])
-        session.execute(insert(_ACTIONS), actions)
-        session.execute(
+        conn = session.connection()
+        conn.execute(insert(_ACTIONS), actions)
+        conn.execute(
             insert(_HISTORY),
             [_history_row(a, "", a["state"], "reserved", {}, now) for a in actions],
         )
