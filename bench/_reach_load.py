@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
+import _pg_work as pgw
 import grpc
 from _reach_service import ACTION_TYPE, CHANNEL
 from _stats import Pids, cpu_seconds, latency_stats
@@ -156,19 +157,39 @@ def run_load(
     numbers: Iterator[int],
     pids: Pids,
     during_measurement: Callable[[], AbstractContextManager[Any]] = nullcontext,
+    database: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
     """Warm-up, then the measured ``actions``; figures of the measured part, and the
-    idempotency keys of all of them (for the delivery check)."""
+    idempotency keys of all of them (for the delivery check).
+
+    ``database`` (PostgreSQL: the admin URL and the database's name) also counts what the
+    database did per measured action (``_pg_work``: commits, rollbacks, rows): its
+    counters once they have settled after the warm-up, again 11 s later (the idle
+    background: the executors' polls, subtracted for the 11 s the counters need to settle
+    after the measured part), and after it. That waiting is outside every timed figure."""
     with contextlib.ExitStack() as channels:
         stubs = [
             pb_grpc.ReachServiceStub(channels.enter_context(grpc.insecure_channel(address)))
             for address in addresses
         ]
         warm, _ = _phase(stubs, concurrency, warmup, numbers) if warmup else ([], 0.0)
+        if database is not None:
+            settled = pgw.settled_snapshot(*database)
+            quiet = pgw.settled_snapshot(*database)
+            first_xid = pgw.next_xid(database[0])
         cpu_before, machine_before = cpu_seconds(pids), machine_cpu_seconds()
         with during_measurement():
             samples, seconds = _phase(stubs, concurrency, actions, numbers)
         cpu_after, machine_after = cpu_seconds(pids), machine_cpu_seconds()
+        work: dict[str, float] | None = None
+        if database is not None:
+            done = pgw.delta(quiet, pgw.settled_snapshot(*database))
+            idle = pgw.idle_rates(pgw.delta(settled, quiet))
+            work = {
+                name: (done[name] - idle[name] * pgw.STATS_FLUSH_WAIT_SECONDS) / actions
+                for name in pgw.COUNTERS
+            }
+            work["writing_transactions"] = pgw.writing_transactions(*database, first_xid) / actions
     client = latency_stats([s.seconds for s in samples])
     server = latency_stats([s.server_seconds for s in samples])
     return {
@@ -190,4 +211,5 @@ def run_load(
             "machine": (machine_after - machine_before) / seconds,
         },
         "keys": [s.key for s in itertools.chain(warm, samples)],
+        "database_per_action": work,
     }

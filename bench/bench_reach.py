@@ -59,6 +59,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(1, str(ROOT))  # for services.*; bench/ itself is sys.path[0]
 
+import _pg_work as pgw  # noqa: E402
 import psycopg  # noqa: E402
 import sqlalchemy  # noqa: E402
 from _reach_load import WAIT_MS, run_load  # noqa: E402
@@ -114,6 +115,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     add_engine_arguments(parser, "reach")
     parser.add_argument("--skip-sqlite", action="store_true", help="PostgreSQL only")
+    parser.add_argument(
+        "--count-commits",
+        action="store_true",
+        help="PostgreSQL: also count commits, rollbacks and rows per action "
+        "(pg_stat_database; adds 33 s of waiting per concurrency, outside the timed part)",
+    )
     parser.add_argument(
         "--reach-processes",
         type=int,
@@ -235,7 +242,10 @@ def run_engine(
                     during = functools.partial(PySpyRecording, args.py_spy, reach.pid, out)
                 pids: Pids = {"reach": [one.pid for one in fleet], "receiver": receiver.pid}
                 addresses = [one.address for one in fleet]
-                run = run_load(addresses, conc, warmup, actions, numbers, pids, during)
+                database = None
+                if args.count_commits and engine == "postgresql":
+                    database = (args.postgres_url, pgw.database_name(url))
+                run = run_load(addresses, conc, warmup, actions, numbers, pids, during, database)
                 run["reach_processes"] = count
                 keys = run.pop("keys")
                 run["engine"] = engine
@@ -331,6 +341,18 @@ def print_report(r: dict[str, Any]) -> None:
             f"  {run['engine']:10s} c={run['concurrency']:<3d} {cpu['receiver']:5.2f} / "
             f"{cpu['bench']:5.2f} ms;  {busy['ours']:4.2f} / {busy['machine']:4.2f} of "
             f"{m['nproc']} cores"
+        )
+    counted = [run for run in r["runs"] if run.get("database_per_action")]
+    if counted:
+        p("PostgreSQL's work per measured action (pg_stat_database, less the idle background):")
+    for run in counted:
+        w = run["database_per_action"]
+        p(
+            f"  c={run['concurrency']:<3d} {w['xact_commit']:5.2f} commits, "
+            f"{w['xact_rollback']:5.2f} rollbacks (of them {w['writing_transactions']:4.2f} "
+            f"reserving or changing state), {w['tup_inserted']:5.1f} rows inserted, "
+            f"{w['tup_updated']:5.1f} updated, {w['tup_deleted']:4.1f} deleted, "
+            f"{w['tup_returned']:7.1f} returned"
         )
     logs = "; ".join(
         f"{engine}: "

@@ -9,8 +9,14 @@ Three rules hold everything together:
   token in a single UPDATE (with ``FOR UPDATE SKIP LOCKED`` on PostgreSQL), and ``settle``
   only changes a row that still carries that token, so a worker that lost its lease (it
   stalled past the lease, another took over) cannot overwrite newer news.
-- One transaction per change: the action row, its history entry, its receipt, the
-  consequences for dependent actions, the task's state and version, and any alert.
+- A change is whole or not at all: the action row, its history entry, its receipt, its
+  audit event, the consequences for dependent actions, the task's state and version, and
+  any alert commit together. Several actions' changes may share that transaction
+  (``settle_many``: the executor's group commit), each fenced on its own.
+
+The hot path (claims, state changes, the reservation's inserts, the long-poll reads) is
+SQLAlchemy Core on plain connections, not the ORM's unit of work, which cost most of a
+state change's time (README, "Reach: actions end to end").
 """
 
 from __future__ import annotations
