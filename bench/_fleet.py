@@ -100,16 +100,11 @@ class ReachWorker(ReachProcess):
         shared: Shared,
         worker_id: str,
     ):
-        super().__init__(folder, database_url, receiver_url, log_level)
+        super().__init__(folder, database_url, receiver_url, log_level, worker_id)
         self.shared = shared
-        self.worker_id = worker_id
 
     def own_settings(self) -> dict[str, str]:
-        return {
-            **super().own_settings(),
-            **self.shared.settings(),
-            "REACHSTORE_WORKER_ID": self.worker_id,
-        }
+        return {**super().own_settings(), **self.shared.settings()}
 
 
 class Fleet:

@@ -166,3 +166,28 @@ def growth_per_million(
         slope = (large[name] - small.get(name, 0)) / (n_large - n_small)
         out[name] = {"bytes_per_item": slope, "mib_per_million": slope * 1e6 / 2**20}
     return out
+
+
+def next_xid(admin_url: str) -> int:
+    """The next transaction id the server hands out (to any database)."""
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        row = conn.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def writing_transactions(admin_url: str, database: str, since_xid: int) -> int:
+    """The reach transactions since ``since_xid`` that reserved a task or changed an
+    action's state, counted by the transaction ids on the rows they inserted: every such
+    transaction inserts history rows, which are never updated, so each keeps its xmin.
+    ``pg_stat_database`` cannot tell these from read-only transactions, which an
+    autocommit read counts as commits too; claims (which only update action rows that a
+    later change updates again) are not in it."""
+    url = make_url(admin_url).set(database=database).render_as_string(False)
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(DISTINCT xmin::text) FROM reach_history WHERE xmin::text::bigint >= %s",
+            (since_xid % (1 << 32),),  # xmin is the 32-bit transaction id
+        ).fetchone()
+    assert row is not None
+    return int(row[0])

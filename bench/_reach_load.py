@@ -11,19 +11,21 @@ kept next to it, so the part spent noticing the change shows.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import itertools
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
+import _pg_work as pgw
 import grpc
 from _reach_service import ACTION_TYPE, CHANNEL
-from _stats import cpu_seconds, latency_stats
+from _stats import Pids, cpu_seconds, latency_stats
 from google.protobuf import struct_pb2
 
 from reachstore.reach.v1 import reach_service_pb2 as pb
@@ -97,10 +99,14 @@ def one_action(stub: pb_grpc.ReachServiceStub, n: int) -> Sample:
 
 
 def _phase(
-    stub: pb_grpc.ReachServiceStub, concurrency: int, count: int, numbers: Iterator[int]
+    stubs: Sequence[pb_grpc.ReachServiceStub],
+    concurrency: int,
+    count: int,
+    numbers: Iterator[int],
 ) -> tuple[list[Sample], float]:
-    """``count`` actions by ``concurrency`` threads; the samples and the wall time from the
-    first submit to the last answer."""
+    """``count`` actions by ``concurrency`` threads, thread i talking to ``stubs[i % n]``
+    (one reach process each); the samples and the wall time from the first submit to the
+    last answer."""
     lock = threading.Lock()
     left = count
     samples: list[Sample] = []
@@ -115,7 +121,7 @@ def _phase(
             left -= 1
             return next(numbers)
 
-    def work() -> None:
+    def work(stub: pb_grpc.ReachServiceStub) -> None:
         go.wait()
         while (n := take()) is not None:
             try:
@@ -127,7 +133,10 @@ def _phase(
             with lock:
                 samples.append(sample)
 
-    threads = [threading.Thread(target=work, daemon=True) for _ in range(concurrency)]
+    threads = [
+        threading.Thread(target=work, args=(stubs[i % len(stubs)],), daemon=True)
+        for i in range(concurrency)
+    ]
     for thread in threads:
         thread.start()
     started = time.perf_counter()
@@ -141,23 +150,46 @@ def _phase(
 
 
 def run_load(
-    address: str,
+    addresses: Sequence[str],
     concurrency: int,
     warmup: int,
     actions: int,
     numbers: Iterator[int],
-    pids: dict[str, int],
+    pids: Pids,
     during_measurement: Callable[[], AbstractContextManager[Any]] = nullcontext,
+    database: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
     """Warm-up, then the measured ``actions``; figures of the measured part, and the
-    idempotency keys of all of them (for the delivery check)."""
-    with grpc.insecure_channel(address) as channel:
-        stub = pb_grpc.ReachServiceStub(channel)
-        warm, _ = _phase(stub, concurrency, warmup, numbers) if warmup else ([], 0.0)
+    idempotency keys of all of them (for the delivery check).
+
+    ``database`` (PostgreSQL: the admin URL and the database's name) also counts what the
+    database did per measured action (``_pg_work``: commits, rollbacks, rows): its
+    counters once they have settled after the warm-up, again 11 s later (the idle
+    background: the executors' polls, subtracted for the 11 s the counters need to settle
+    after the measured part), and after it. That waiting is outside every timed figure."""
+    with contextlib.ExitStack() as channels:
+        stubs = [
+            pb_grpc.ReachServiceStub(channels.enter_context(grpc.insecure_channel(address)))
+            for address in addresses
+        ]
+        warm, _ = _phase(stubs, concurrency, warmup, numbers) if warmup else ([], 0.0)
+        if database is not None:
+            settled = pgw.settled_snapshot(*database)
+            quiet = pgw.settled_snapshot(*database)
+            first_xid = pgw.next_xid(database[0])
         cpu_before, machine_before = cpu_seconds(pids), machine_cpu_seconds()
         with during_measurement():
-            samples, seconds = _phase(stub, concurrency, actions, numbers)
+            samples, seconds = _phase(stubs, concurrency, actions, numbers)
         cpu_after, machine_after = cpu_seconds(pids), machine_cpu_seconds()
+        work: dict[str, float] | None = None
+        if database is not None:
+            done = pgw.delta(quiet, pgw.settled_snapshot(*database))
+            idle = pgw.idle_rates(pgw.delta(settled, quiet))
+            work = {
+                name: (done[name] - idle[name] * pgw.STATS_FLUSH_WAIT_SECONDS) / actions
+                for name in pgw.COUNTERS
+            }
+            work["writing_transactions"] = pgw.writing_transactions(*database, first_xid) / actions
     client = latency_stats([s.seconds for s in samples])
     server = latency_stats([s.server_seconds for s in samples])
     return {
@@ -179,4 +211,5 @@ def run_load(
             "machine": (machine_after - machine_before) / seconds,
         },
         "keys": [s.key for s in itertools.chain(warm, samples)],
+        "database_per_action": work,
     }

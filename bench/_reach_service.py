@@ -34,6 +34,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
+from services.storage.engine import make_engine
+from services.storage.schema import migrate_to_head
+
 ROOT = Path(__file__).resolve().parent.parent
 CHANNEL = "bench-hook"
 ACTION_TYPE = "notify"
@@ -53,6 +56,16 @@ window = "none"
 [channels.{channel}.webhook]
 url = "{url}"
 """
+
+
+def migrate(database_url: str) -> None:
+    """Brings the database to the newest schema (``reachstore migrate``); a database
+    already there is left as it is."""
+    engine = make_engine(database_url)
+    try:
+        migrate_to_head(engine)
+    finally:
+        engine.dispose()
 
 
 def free_port() -> int:
@@ -89,6 +102,7 @@ class ServiceProcess:
 
     def start(self) -> Self:
         self.folder.mkdir(parents=True, exist_ok=True)
+        migrate(self.database_url)  # services refuse a database not at the newest schema
         self.address = f"127.0.0.1:{free_port()}"
         # Nothing of the caller's REACHSTORE_* settings leaks in (REQUIRE_KEYS, limits ...).
         env = {k: v for k, v in os.environ.items() if not k.startswith("REACHSTORE_")}
@@ -213,9 +227,21 @@ class ReachProcess(ServiceProcess):
     module = "services.reach.main"
     name = "reach"
 
-    def __init__(self, folder: Path, database_url: str, receiver_url: str, log_level: str):
+    # One secret for every reach process of a run: replicas of one deployment share it
+    # (services/reach/idempotency.py), or one intent would get a key per process.
+    PII_SECRET = secrets.token_hex(32)
+
+    def __init__(
+        self,
+        folder: Path,
+        database_url: str,
+        receiver_url: str,
+        log_level: str,
+        worker_id: str = "bench-reach",
+    ):
         super().__init__(folder, database_url, log_level)
         self.receiver_url = receiver_url
+        self.worker_id = worker_id
 
     def own_settings(self) -> dict[str, str]:
         config = self.folder / "reach.toml"
@@ -223,7 +249,11 @@ class ReachProcess(ServiceProcess):
             _CONFIG.format(channel=CHANNEL, action_type=ACTION_TYPE, url=self.receiver_url),
             encoding="utf-8",
         )
-        return {"REACHSTORE_REACH_CONFIG": str(config), "REACHSTORE_WORKER_ID": "bench-reach"}
+        return {
+            "REACHSTORE_REACH_CONFIG": str(config),
+            "REACHSTORE_WORKER_ID": self.worker_id,
+            "REACHSTORE_PII_SECRET": self.PII_SECRET,
+        }
 
 
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"

@@ -216,7 +216,7 @@ def measure_reach(args: argparse.Namespace, root: Path, report: dict[str, Any]) 
         pids = {"reach": worker.pid, "audit": fleet.processes["audit"].pid}
         conc = args.reach_concurrency
         log(f"reach: {args.actions_small} actions ...")
-        first = run_actions(worker.address, conc, 0, args.actions_small, numbers, pids)
+        first = run_actions([worker.address], conc, 0, args.actions_small, numbers, pids)
         sizes_small = {"tables": (wait_outbox_empty(url), pgw.table_sizes(url))[1]}
         log(f"    idle baseline {args.idle_seconds:.0f} s ...")
         idle = idle_baseline(args.postgres_url, db, args.idle_seconds)
@@ -224,7 +224,7 @@ def measure_reach(args: argparse.Namespace, root: Path, report: dict[str, Any]) 
         scans0 = pgw.table_scans(url)
         more = args.actions_large - args.actions_small
         log(f"    {more} more (timed, {conc} clients) ...")
-        timed = run_actions(worker.address, conc, 0, more, numbers, pids)
+        timed = run_actions([worker.address], conc, 0, more, numbers, pids)
         wait_outbox_empty(url)
         work = pgw.delta(before, pgw.settled_snapshot(args.postgres_url, db))
         scans = pgw.scans_per_operation(scans0, pgw.table_scans(url), more)

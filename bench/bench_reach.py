@@ -59,6 +59,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(1, str(ROOT))  # for services.*; bench/ itself is sys.path[0]
 
+import _pg_work as pgw  # noqa: E402
 import psycopg  # noqa: E402
 import sqlalchemy  # noqa: E402
 from _reach_load import WAIT_MS, run_load  # noqa: E402
@@ -71,7 +72,7 @@ from _reach_service import (  # noqa: E402
     postgres_database,
 )
 from _report import machine_facts  # noqa: E402
-from _stats import latency_stats  # noqa: E402
+from _stats import Pids, latency_stats  # noqa: E402
 
 from services.reach.config import ReachConfig  # noqa: E402
 from services.reach.executor import IDLE_POLL_SECONDS  # noqa: E402
@@ -113,6 +114,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--ceiling-posts", type=int, default=5000, help="timed posts of the ceiling measurement"
     )
     add_engine_arguments(parser, "reach")
+    parser.add_argument("--skip-sqlite", action="store_true", help="PostgreSQL only")
+    parser.add_argument(
+        "--count-commits",
+        action="store_true",
+        help="PostgreSQL: also count commits, rollbacks and rows per action "
+        "(pg_stat_database; adds 33 s of waiting per concurrency, outside the timed part)",
+    )
+    parser.add_argument(
+        "--reach-processes",
+        type=int,
+        default=1,
+        metavar="N",
+        help="reach processes on the same database (0: one per core); the client threads "
+        "take turns among them",
+    )
     parser.add_argument(
         "--profile",
         type=Path,
@@ -133,6 +149,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--concurrency: numbers >= 1")
     if min(args.actions_by.values()) < 1 or min(args.warmup_by.values()) < 0:
         parser.error("--actions must be >= 1 and --warmup >= 0")
+    if args.reach_processes < 0:
+        parser.error("--reach-processes must be >= 0")
+    args.reach_processes = args.reach_processes or os.cpu_count() or 1
     if args.ceiling_posts < 1:
         parser.error("--ceiling-posts must be >= 1")
     if args.profile is not None:
@@ -194,11 +213,23 @@ def run_engine(
     folder.mkdir()
     with _database(engine, folder, args) as (url, version):
         report["engines"][engine] = version
-        reach = ReachProcess(folder, url, receiver.delivery_url, args.log_level)
-        log(f"{engine}: starting the reach service ({version}) ...")
+        count = args.reach_processes
+        fleet = [
+            ReachProcess(
+                folder / f"reach-{i}" if count > 1 else folder,
+                url,
+                receiver.delivery_url,
+                args.log_level,
+                worker_id=f"bench-reach-{i}" if count > 1 else "bench-reach",
+            )
+            for i in range(count)
+        ]
+        reach = fleet[0]
+        log(f"{engine}: starting {count} reach service(s) ({version}) ...")
         t = time.perf_counter()
-        reach.start()
         try:
+            for one in fleet:
+                one.start()
             log(f"    healthy after {time.perf_counter() - t:.1f} s")
             for conc in args.concurrencies:
                 warmup, actions = args.warmup_by[conc], args.actions_by[conc]
@@ -209,8 +240,13 @@ def run_engine(
                     out = args.profile / f"reach-{engine}-c{conc}.txt"
                     report["profiles"][engine] = {"path": str(out), "concurrency": conc}
                     during = functools.partial(PySpyRecording, args.py_spy, reach.pid, out)
-                pids = {"reach": reach.pid, "receiver": receiver.pid}
-                run = run_load(reach.address, conc, warmup, actions, numbers, pids, during)
+                pids: Pids = {"reach": [one.pid for one in fleet], "receiver": receiver.pid}
+                addresses = [one.address for one in fleet]
+                database = None
+                if args.count_commits and engine == "postgresql":
+                    database = (args.postgres_url, pgw.database_name(url))
+                run = run_load(addresses, conc, warmup, actions, numbers, pids, during, database)
+                run["reach_processes"] = count
                 keys = run.pop("keys")
                 run["engine"] = engine
                 run["ratio_to_ceiling"] = run["actions_per_s"] / ceiling
@@ -226,10 +262,15 @@ def run_engine(
             log(f"{engine}: the run failed; the reach service's log ends with:\n{reach.log_tail()}")
             raise
         finally:
-            code = reach.stop()
+            codes = [one.stop() for one in fleet]
+            code = next((c for c in codes if c not in (0, None)), codes[0])
+            levels: dict[str, int] = {}
+            for one in fleet:
+                for level, n in one.log_levels().items():
+                    levels[level] = levels.get(level, 0) + n
             report["service_exit_codes"][engine] = code
             report["service_logs"][engine] = {
-                "levels": reach.log_levels(),
+                "levels": levels,
                 "first_problem": reach.first_problem(),
             }
             if code not in (0, None):
@@ -266,8 +307,8 @@ def print_report(r: dict[str, Any]) -> None:
     p(f"          {'; '.join(r['engines'].values())}")
     p("          the client threads, the receiver, the reach process and the database share them")
     p(
-        f"service : python -m services.reach.main, engine.workers={c['workers']}, log level "
-        f"{c['log_level']}"
+        f"service : {c['reach_processes']} x python -m services.reach.main on one database "
+        f"(client threads take turns), engine.workers={c['workers']}, log level {c['log_level']}"
     )
     p(f"          channel {CHANNEL}: webhook, no quota, no status look-up (200 = succeeded)")
     p(
@@ -286,7 +327,7 @@ def print_report(r: dict[str, Any]) -> None:
     p("act/s: measured actions / wall time from the first submit to the last SUCCEEDED, after")
     p("  an untimed warm-up; ÷ceiling = act/s / ceiling posts/s. submit->SUCCEEDED: as the client")
     p("  saw it; SubmitTask: that call alone; created->finished: the task's own timestamps (whole")
-    p("  ms). GetTask: calls per action. reach CPU: the service process's CPU per measured action.")
+    p("  ms). GetTask: calls per action. reach CPU: the reach processes' CPU per measured action.")
     p("  deliveries: POSTs the receiver counted in the run (warm-up included) / actions submitted;")
     p("  ok = each action's Idempotency-Key exactly once.")
     p(
@@ -300,6 +341,18 @@ def print_report(r: dict[str, Any]) -> None:
             f"  {run['engine']:10s} c={run['concurrency']:<3d} {cpu['receiver']:5.2f} / "
             f"{cpu['bench']:5.2f} ms;  {busy['ours']:4.2f} / {busy['machine']:4.2f} of "
             f"{m['nproc']} cores"
+        )
+    counted = [run for run in r["runs"] if run.get("database_per_action")]
+    if counted:
+        p("PostgreSQL's work per measured action (pg_stat_database, less the idle background):")
+    for run in counted:
+        w = run["database_per_action"]
+        p(
+            f"  c={run['concurrency']:<3d} {w['xact_commit']:5.2f} commits, "
+            f"{w['xact_rollback']:5.2f} rollbacks (of them {w['writing_transactions']:4.2f} "
+            f"reserving or changing state), {w['tup_inserted']:5.1f} rows inserted, "
+            f"{w['tup_updated']:5.1f} updated, {w['tup_deleted']:4.1f} deleted, "
+            f"{w['tup_returned']:7.1f} returned"
         )
     logs = "; ".join(
         f"{engine}: "
@@ -393,6 +446,7 @@ def main(argv: list[str] | None = None) -> int:
             "sqlalchemy": sqlalchemy.__version__,
             "psycopg": psycopg.__version__,
             "workers": ReachConfig(channels={}).workers,
+            "reach_processes": args.reach_processes,
             "log_level": args.log_level,
             "wait_ms": WAIT_MS,
             "concurrencies": args.concurrencies,
@@ -414,7 +468,14 @@ def main(argv: list[str] | None = None) -> int:
             ceiling["p50_ms"] = latency_stats(ceiling.pop("seconds_each"))["p50_ms"]
             report["ceiling"] = ceiling
             log(f"    {ceiling['posts_per_s']:.0f} posts/s")
-            engines = ["sqlite"] if args.skip_postgres else ["sqlite", "postgresql"]
+            engines = [
+                engine
+                for engine, skip in (
+                    ("sqlite", args.skip_sqlite),
+                    ("postgresql", args.skip_postgres),
+                )
+                if not skip
+            ]
             for engine in engines:
                 run_engine(
                     engine, args, tmp_root, receiver, numbers, ceiling["posts_per_s"], report

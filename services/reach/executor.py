@@ -69,6 +69,8 @@ RECORD_PATIENCE_S = 30.0
 # the worker that took over decides (one transaction).
 LATE_ANSWER_TRIES = 12
 LATE_ANSWER_PAUSE_S = 0.25
+# Changes one transaction of the group commit carries at most (``GroupCommit``).
+GROUP_COMMIT_MAX = 64
 
 
 class Executor:
@@ -101,6 +103,7 @@ class Executor:
         self._token_locks = {name: asyncio.Lock() for name in config.channels}
         # Action id -> the newest lease this process holds on it, while a step runs.
         self._working: dict[str, str] = {}
+        self._group = GroupCommit(store)
         self.breakers = {
             name: CircuitBreaker.from_policy(cfg.breaker, on_change=self._breaker_changed(name))
             for name, cfg in config.channels.items()
@@ -710,7 +713,7 @@ class Executor:
         lease = self._working.get(claim.action_id, claim.lease)
         if lease != claim.lease:
             claim = dataclasses.replace(claim, lease=lease)
-        settled = await asyncio.to_thread(self._store.settle, claim, change)
+        settled = await self._group.settle(claim, change)
         if not settled.applied and change.to_state == st.SUCCEEDED:
             settled = await self._late_success(claim, change)
         if not settled.applied:
@@ -868,6 +871,54 @@ class Executor:
             return False, f"no answer within {deadline:g} s"
         except Exception as exc:  # noqa: BLE001 - a channel bug
             return False, type(exc).__name__
+
+
+class GroupCommit:
+    """Settles the changes of this process's steps together: a change waits while the
+    transaction before it commits, then goes with every change that came meanwhile in ONE
+    transaction (``ReachStore.settle_many``), each still fenced by its own lease. A change
+    alone (one client, an idle moment) is written at once, as before; under load a commit
+    carries many. A batch the database refuses for a passing reason fails for each of its
+    changes alike (each caller tries again, ``_patiently``); any other failure is tried
+    again change by change, so that one change's trouble is its own."""
+
+    def __init__(self, store: ReachStore, limit: int = GROUP_COMMIT_MAX) -> None:
+        self._store = store
+        self._limit = limit
+        self._queue: list[tuple[Claim, Change, asyncio.Future[Settled]]] = []
+        self._flushing: asyncio.Task[None] | None = None
+
+    async def settle(self, claim: Claim, change: Change) -> Settled:
+        future: asyncio.Future[Settled] = asyncio.get_running_loop().create_future()
+        self._queue.append((claim, change, future))
+        if self._flushing is None:
+            self._flushing = asyncio.get_running_loop().create_task(self._flush())
+        return await future
+
+    async def _flush(self) -> None:
+        try:
+            while self._queue:
+                batch, self._queue = self._queue[: self._limit], self._queue[self._limit :]
+                await self._write(batch)
+        finally:
+            self._flushing = None
+
+    async def _write(self, batch: list[tuple[Claim, Change, asyncio.Future[Settled]]]) -> None:
+        changes = [(claim, change) for claim, change, _ in batch]
+        try:
+            results = await asyncio.to_thread(self._store.settle_many, changes)
+        except Exception as exc:  # noqa: BLE001 - handed to the callers
+            if len(batch) == 1 or database_errors.is_transient(exc):
+                for _, _, future in batch:
+                    if not future.done():
+                        future.set_exception(exc)
+                return
+            for item in batch:
+                await self._write([item])
+            return
+        for (_, _, future), settled in zip(batch, results, strict=True):
+            if not future.done():
+                future.set_result(settled)
 
 
 def alert_key(task_id: str, alert_id: int) -> str:

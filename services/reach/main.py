@@ -7,6 +7,7 @@ store; any number of such processes may run against one database.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import os
 
@@ -36,6 +37,7 @@ from services.storage.schema import refuse_unless_at_head
 SERVICE = reach_service_pb2.DESCRIPTOR.services_by_name["ReachService"]
 
 log = logging.getLogger(__name__)
+DATABASE_THREADS = 20  # services/storage/engine.py: pool_size 10 + max_overflow 10
 
 
 def build_channels(config: ReachConfig) -> dict[str, Channel]:
@@ -54,6 +56,12 @@ async def _run(
     channels: dict[str, Channel],
     key_secrets: KeySecrets,
 ) -> None:
+    # Store calls run in threads (asyncio.to_thread) and mostly wait on the database: as
+    # many threads as the connection pool holds connections, not the default cores + 4,
+    # so that sixteen clients' reads and the executor's writes do not queue for a thread.
+    asyncio.get_running_loop().set_default_executor(
+        concurrent.futures.ThreadPoolExecutor(DATABASE_THREADS, thread_name_prefix="store")
+    )
     engine = make_engine(settings.database_url)
     sessions = make_sessions(engine)
     auditor, shipping, masker = auditing(sessions, settings, ["reach"])

@@ -37,10 +37,13 @@ class TaskChanges:
             if not waiters:
                 del self._waiters[task_id]
 
-    async def wait(self, event: asyncio.Event, timeout: float) -> None:
-        """Until ``event`` is set or the fallback poll (or ``timeout``) is due; clears it."""
+    async def wait(self, event: asyncio.Event, timeout: float) -> bool:
+        """Until ``event`` is set or the fallback poll (or ``timeout``) is due; clears it.
+        True when it was set: this process changed the task."""
         try:
             await asyncio.wait_for(event.wait(), min(timeout, FALLBACK_POLL_SECONDS))
         except TimeoutError:
             pass
+        notified = event.is_set()
         event.clear()
+        return notified

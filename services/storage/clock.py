@@ -23,7 +23,7 @@ import platform
 import time
 from typing import Any
 
-from sqlalchemy import Float, Select, cast, extract, func, select
+from sqlalchemy import Float, cast, extract, func, select
 from sqlalchemy.orm import Session
 
 # clock_gettime's system call number, and CLOCK_REALTIME.
@@ -45,30 +45,18 @@ def _libc() -> Any:
 _LIBC = _libc() if platform.system() == "Linux" and _SYS_CLOCK_GETTIME else None
 
 
-def _pg_clock() -> Any:
-    # clock_timestamp(), not now(): now() is when the transaction began.
+def pg_clock() -> Any:
+    """PostgreSQL's clock as an expression, epoch seconds: ``clock_timestamp()``, not
+    ``now()``, which is when the transaction began."""
     return cast(extract("epoch", func.clock_timestamp()), Float)
 
 
 def db_clock(session: Session) -> float:
     """Epoch seconds now by the database's clock."""
     if session.get_bind().dialect.name == "postgresql":
-        value: Any = session.scalar(select(_pg_clock()))
+        value: Any = session.scalar(select(pg_clock()))
         return float(value)
     return machine_clock()
-
-
-def locked_with_clock(session: Session, stmt: Select[Any]) -> tuple[Any | None, float]:
-    """The first entity ``stmt`` selects, locked ``FOR UPDATE``, and ``db_clock`` — on
-    PostgreSQL in one statement (a round trip less on a path that runs for every state
-    change). The clock is read as the row is, before the lock is granted, as a separate
-    ``db_clock`` at the start of the transaction was."""
-    if session.get_bind().dialect.name == "postgresql":
-        row = session.execute(stmt.add_columns(_pg_clock()).with_for_update()).first()
-        if row is None:
-            return None, db_clock(session)
-        return row[0], float(row[1])
-    return session.scalars(stmt.with_for_update()).first(), machine_clock()
 
 
 def machine_clock() -> float:

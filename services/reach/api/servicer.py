@@ -166,17 +166,19 @@ class ReachServicer(OperatorCalls, pb_grpc.ReachServiceServicer):
         self, request: pb.GetTaskRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetTaskResponse:
         who = caller(context)
-        tenant = who.tenant
         if not 0 <= request.wait_ms <= MAX_WAIT_MS:
             raise errors.invalid("wait_ms", f"0 to {MAX_WAIT_MS} milliseconds")
         if request.wait_ms:
             # A hidden task is not waited on: like a missing one, it is answered at once.
             if who.channels and await self._find_task(who, request.task_id) is None:
                 raise _task_not_found(request.task_id)
-            await self._wait_for_change(
-                tenant, request.task_id, request.known_version, request.wait_ms
+            found = await self._wait_for_change(
+                who, request.task_id, request.known_version, request.wait_ms
             )
-        found = await self._find_task(who, request.task_id)
+        else:
+            found = None
+        if found is None:
+            found = await self._find_task(who, request.task_id)
         if found is None:
             raise _task_not_found(request.task_id)
         task, actions = found
@@ -188,26 +190,39 @@ class ReachServicer(OperatorCalls, pb_grpc.ReachServiceServicer):
     async def _find_task(self, who: Caller, task_id: str) -> visibility.FoundTask | None:
         return await asyncio.to_thread(visibility.find_task, self._store, who, task_id)
 
-    async def _wait_for_change(self, tenant: str, task_id: str, known: int, wait_ms: int) -> None:
+    async def _wait_for_change(
+        self, who: Caller, task_id: str, known: int, wait_ms: int
+    ) -> visibility.FoundTask | None:
         """Returns when the task's version differs from ``known`` (or from its version now),
         when it is finished, or when ``wait_ms`` has passed. Reads the store, so a change
-        made by any reach process ends the wait."""
+        made by any reach process ends the wait. Woken by a change of this process, it
+        reads the whole task at once and answers it (one read, not a version and then the
+        task); None: the caller reads it."""
+        tenant = who.tenant
         deadline = time.monotonic() + wait_ms / 1000
         with self._changes.watching(task_id) as changed:
             first = await asyncio.to_thread(self._store.task_version, tenant, task_id)
             if first is None:
-                return  # the caller gets the not-found answer at once
+                return None  # the caller gets the not-found answer at once
             version, state = first
             baseline = known or version
             while version == baseline and state not in st.TASK_FINAL:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    return
-                await self._changes.wait(changed, left)
+                    return None
+                if await self._changes.wait(changed, left):
+                    found = await self._find_task(who, task_id)
+                    if found is None:
+                        return None
+                    version, state = found[0].version, found[0].state
+                    if version != baseline or state in st.TASK_FINAL:
+                        return found
+                    continue
                 current = await asyncio.to_thread(self._store.task_version, tenant, task_id)
                 if current is None:
-                    return
+                    return None
                 version, state = current
+        return None
 
     async def ListTasks(
         self, request: pb.ListTasksRequest, context: grpc.aio.ServicerContext
