@@ -101,8 +101,8 @@ class Executor:
         # One action per channel at a time between "a token is there" and taking it, so
         # that this process's actions do not all mark themselves for the same token.
         self._token_locks = {name: asyncio.Lock() for name in config.channels}
-        # Action id -> the newest lease this process holds on it, while a step runs.
-        self._working: dict[str, str] = {}
+        # The actions a step of this process is under way on.
+        self._working: set[str] = set()
         self._group = GroupCommit(store)
         self.breakers = {
             name: CircuitBreaker.from_policy(cfg.breaker, on_change=self._breaker_changed(name))
@@ -128,7 +128,7 @@ class Executor:
         return changed
 
     def _done_with(self, action_id: str, _task: asyncio.Task[None]) -> None:
-        self._working.pop(action_id, None)
+        self._working.discard(action_id)
         self._wake.set()
 
     def wake(self) -> None:
@@ -153,12 +153,16 @@ class Executor:
                         log.exception("claiming due actions failed")
                 for claim in claims:
                     if claim.action_id in self._working:
-                        # This process is still on it (its lease ran out early: a stall, a
-                        # step of the database's clock): the step under way takes the new
-                        # lease instead of a second step starting (see _settle_once).
-                        self._working[claim.action_id] = claim.lease
+                        # A step of this process is still on it, past its lease (a stall, a
+                        # step of the database's clock). Neither a second step nor that one
+                        # acts under this claim: while that step was away another worker
+                        # may have marked and sent the action, which the step cannot know,
+                        # and under a live lease it would mark and send again
+                        # (tests/reach/test_stale_step_lease.py). The step's own writes are
+                        # fenced by its own lease and now fail; once this claim's lease runs
+                        # out too, the action is taken up afresh, from what is stored.
                         continue
-                    self._working[claim.action_id] = claim.lease
+                    self._working.add(claim.action_id)
                     task = asyncio.create_task(self._step(claim))
                     inflight.add(task)
                     task.add_done_callback(inflight.discard)
@@ -710,9 +714,6 @@ class Executor:
         )
 
     async def _settle_once(self, claim: Claim, change: Change) -> Settled:
-        lease = self._working.get(claim.action_id, claim.lease)
-        if lease != claim.lease:
-            claim = dataclasses.replace(claim, lease=lease)
         settled = await self._group.settle(claim, change)
         if not settled.applied and change.to_state == st.SUCCEEDED:
             settled = await self._late_success(claim, change)
