@@ -425,9 +425,15 @@ class Masker:
     def _number(self, value: int | float) -> Any:
         if isinstance(value, float) and not value.is_integer():
             return value
-        whole = int(value)
-        if not 10**9 <= abs(whole) < 10**20:  # no kind we mask is this short or long
+        # The sign is not part of a number's digits: mask_text("-13800138000") masks them.
+        whole = abs(int(value))
+        if not 10**9 <= whole < 10**20:  # no kind we mask is this short or long
             return value
+        if isinstance(value, float) and whole > _EXACT_DOUBLE:
+            # A double this large is a rounded integer (every JSON number in a Struct is a
+            # double): a resident ID or card sent as a number has lost its check digit but
+            # still shows its first 16 digits. Its exact value is gone anyway.
+            return self.token("field", str(whole))
         masked = self.mask_text(str(whole))
         return masked if TOKEN.fullmatch(masked) else value
 
@@ -448,6 +454,9 @@ class Masker:
         masked = self.mask_text(text)
         return masked if TOKEN.fullmatch(masked) else self.token("field", text)
 
+
+# The largest integer a double holds exactly; past it, whole doubles are rounded.
+_EXACT_DOUBLE = 2**53
 
 # Joins texts for one pass of ``might_hold_personal_data``: no run of digits crosses it.
 _APART = "\x00"

@@ -19,8 +19,12 @@ from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
 from services.audit.chain import NewEvent, new_event
 from services.common import errors
 from services.common.pii import Masker
-from services.common.structs import struct_to_python
+from services.common.structs import NotFinite, struct_to_python
 from services.common.timefmt import parse_rfc3339
+
+# The stored column's width (services/storage/audit_models.py): the time is kept as sent,
+# since the chain hashes it as written, so a longer one is refused rather than cut.
+MAX_TIME_CHARS = 32
 
 # Category number -> the stored name ("" for unspecified).
 _CATEGORY_NAMES = {
@@ -33,7 +37,9 @@ def new_events(messages: Sequence[pb.AuditEvent], masker: Masker) -> list[NewEve
     """The stored form of each appended event, checked (INVALID_ARGUMENT naming the first
     field that fails) and masked."""
     checked = [_checked(message, index) for index, message in enumerate(messages)]
-    params_json = masker.mask_json([struct_to_python(m.params) for m in messages])
+    params_json = masker.mask_json(
+        [_params(message, index) for index, message in enumerate(messages)]
+    )
     keys = masker.mask_texts([m.idempotency_key for m in messages])
     # STORED_FIELDS in order: the six before the idempotency key, the key, the params, the
     # five after them.
@@ -41,6 +47,16 @@ def new_events(messages: Sequence[pb.AuditEvent], masker: Masker) -> list[NewEve
         new_event((*before, key[:512], text, *after))
         for (before, after), key, text in zip(checked, keys, params_json, strict=True)
     ]
+
+
+def _params(message: pb.AuditEvent, index: int) -> dict[str, Any]:
+    try:
+        return struct_to_python(message.params)
+    except NotFinite:
+        # JSON holds no NaN or infinity, and the chain hashes the params as JSON.
+        raise errors.invalid(
+            f"events[{index}].params", "numbers must be finite (no NaN or infinity)"
+        ) from None
 
 
 def _checked(message: pb.AuditEvent, index: int) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
@@ -52,6 +68,10 @@ def _checked(message: pb.AuditEvent, index: int) -> tuple[tuple[Any, ...], tuple
         raise errors.invalid(f"events[{index}].event_id", "1 to 64 characters")
     if not 1 <= len(tenant) <= 64:
         raise errors.invalid(f"events[{index}].tenant", "the tenant, 1 to 64 characters")
+    if len(time) > MAX_TIME_CHARS:
+        raise errors.invalid(
+            f"events[{index}].time", f"an RFC 3339 time of at most {MAX_TIME_CHARS} characters"
+        )
     parse_rfc3339(time, f"events[{index}].time")  # stored as sent: it is hashed as written
     if not service or not method:
         raise errors.invalid(f"events[{index}].service", "service and method are required")
