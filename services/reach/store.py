@@ -54,6 +54,7 @@ from services.common.timefmt import rfc3339
 from services.reach import states as st
 from services.storage.audit_models import AuditOutboxRow
 from services.storage.clock import db_clock, machine_clock, pg_clock
+from services.storage.engine import single_statement_reads
 from services.storage.models import utcnow
 from services.storage.reach_models import (
     ReachActionRow,
@@ -224,13 +225,8 @@ class ReachStore:
         # per table per transaction.
         self._engine = cast(Engine, sessions.kw["bind"])
         self._postgres = self._engine.dialect.name == "postgresql"
-        # Reads of one statement need no transaction: on PostgreSQL that saves the BEGIN
-        # and ROLLBACK round trips around each (SQLite begins none for a read anyway).
-        self._reads = (
-            self._engine.execution_options(isolation_level="AUTOCOMMIT")
-            if self._postgres
-            else self._engine
-        )
+        # Reads of one statement need no transaction (engine.py).
+        self._reads = single_statement_reads(self._engine)
 
     def clock(self) -> float:
         """The database's clock now (``services.storage.clock``), for the idempotency
