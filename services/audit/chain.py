@@ -81,8 +81,18 @@ def values_hash(values: tuple[Any, ...]) -> str:
         if parts is not None:
             parts.insert(_INT_SLOT, int.__repr__(duration))
             return hashlib.sha256((_TEMPLATE % tuple(parts)).encode("utf-8")).hexdigest()
-    body = canonical_json(dict(zip(HASHED_FIELDS, values, strict=True)))
+    try:
+        body = canonical_json(dict(zip(HASHED_FIELDS, values, strict=True)))
+    except (TypeError, ValueError):
+        # A value JSON cannot hold (bytes written into a text column by hand, on SQLite)
+        # is one no appender wrote: no hash matches it, so Verify names the row edited
+        # instead of failing with it.
+        return UNHASHABLE
     return hashlib.sha256(body.encode("utf-8")).hexdigest()
+
+
+# What ``values_hash`` gives for values no event can hold: never a SHA-256 hex digest.
+UNHASHABLE = "unhashable"
 
 
 # --- appending: the hash of a new event, cut around the previous event's hash -----------------
