@@ -101,8 +101,8 @@ class Executor:
         # One action per channel at a time between "a token is there" and taking it, so
         # that this process's actions do not all mark themselves for the same token.
         self._token_locks = {name: asyncio.Lock() for name in config.channels}
-        # The actions a step of this process is under way on.
-        self._working: set[str] = set()
+        # Action id -> the lease and the last known row of the step under way on it.
+        self._working: dict[str, _Held] = {}
         self._group = GroupCommit(store)
         self.breakers = {
             name: CircuitBreaker.from_policy(cfg.breaker, on_change=self._breaker_changed(name))
@@ -128,7 +128,7 @@ class Executor:
         return changed
 
     def _done_with(self, action_id: str, _task: asyncio.Task[None]) -> None:
-        self._working.discard(action_id)
+        self._working.pop(action_id, None)
         self._wake.set()
 
     def wake(self) -> None:
@@ -152,17 +152,23 @@ class Executor:
                     except Exception:  # noqa: BLE001 - the store may be restarting; try again
                         log.exception("claiming due actions failed")
                 for claim in claims:
-                    if claim.action_id in self._working:
-                        # A step of this process is still on it, past its lease (a stall, a
-                        # step of the database's clock). Neither a second step nor that one
-                        # acts under this claim: while that step was away another worker
-                        # may have marked and sent the action, which the step cannot know,
-                        # and under a live lease it would mark and send again
-                        # (tests/reach/test_stale_step_lease.py). The step's own writes are
-                        # fenced by its own lease and now fail; once this claim's lease runs
-                        # out too, the action is taken up afresh, from what is stored.
+                    held = self._working.get(claim.action_id)
+                    if held is not None:
+                        # A step of this process is still on it, past its lease (a step of
+                        # the database's clock, a stall). No second step starts. The step
+                        # under way takes the new lease only if the row is as that step
+                        # last left it, so nobody else acted on the action meanwhile (a
+                        # clock step: its send's answer is still recorded,
+                        # tests/e2e/test_redteam_db_clock_step.py). Otherwise another
+                        # worker may have marked and sent it, which the step cannot know:
+                        # under a live lease it would send again
+                        # (tests/reach/test_stale_step_lease.py). It keeps its own lease,
+                        # its writes fail, and once this claim's lease runs out the action
+                        # is taken up afresh, from what is stored.
+                        if _row_of(claim) == held.row:
+                            held.lease = claim.lease
                         continue
-                    self._working.add(claim.action_id)
+                    self._working[claim.action_id] = _Held(claim.lease, _row_of(claim))
                     task = asyncio.create_task(self._step(claim))
                     inflight.add(task)
                     task.add_done_callback(inflight.discard)
@@ -714,7 +720,12 @@ class Executor:
         )
 
     async def _settle_once(self, claim: Claim, change: Change) -> Settled:
+        held = self._working.get(claim.action_id)
+        if held is not None and held.lease != claim.lease:
+            claim = dataclasses.replace(claim, lease=held.lease)
         settled = await self._group.settle(claim, change)
+        if held is not None and settled.applied:
+            held.row = _row_after(held.row, change)
         if not settled.applied and change.to_state == st.SUCCEEDED:
             settled = await self._late_success(claim, change)
         if not settled.applied:
@@ -976,4 +987,38 @@ def _outgoing(claim: Claim) -> Outgoing:
         trace_id=claim.trace_id,
         tenant=claim.tenant,
         entity_id=claim.entity_id,
+    )
+
+
+@dataclasses.dataclass
+class _Held:
+    """What this process knows of an action a step of it is under way on: the lease it
+    writes under, and the row's counters as the step last left them (``_row_of``)."""
+
+    lease: str
+    row: tuple[str, int, int, int, int]
+
+
+def _row_of(claim: Claim) -> tuple[str, int, int, int, int]:
+    """The parts of an action's row that every change a worker makes to it moves."""
+    return (
+        claim.state,
+        claim.attempts,
+        claim.rate_limited,
+        claim.unknown_polls,
+        claim.ambiguous_sends,
+    )
+
+
+def _row_after(
+    row: tuple[str, int, int, int, int], change: Change
+) -> tuple[str, int, int, int, int]:
+    """``row`` after ``change`` is applied, as ``store.py`` applies it."""
+    _state, attempts, rate_limited, unknown_polls, ambiguous = row
+    return (
+        change.to_state,
+        attempts + change.add_attempt,
+        rate_limited + change.add_rate_limited,
+        unknown_polls + change.add_unknown_poll,
+        ambiguous + change.add_ambiguous,
     )
