@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from sqlalchemy import String
+
 from reachstore.audit.v1 import audit_service_pb2 as pb
 from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
 from services.audit.chain import NewEvent, new_event
@@ -21,10 +23,13 @@ from services.common import errors
 from services.common.pii import Masker
 from services.common.structs import NotFinite, struct_to_python
 from services.common.timefmt import parse_rfc3339
+from services.storage.audit_models import AuditEventRow
 
-# The stored column's width (services/storage/audit_models.py): the time is kept as sent,
-# since the chain hashes it as written, so a longer one is refused rather than cut.
-MAX_TIME_CHARS = 32
+# The stored column's width: the time is kept as sent, since the chain hashes it as
+# written, so a longer one is refused rather than cut.
+_TIME_COLUMN = AuditEventRow.__table__.c.time.type
+assert isinstance(_TIME_COLUMN, String) and _TIME_COLUMN.length is not None
+MAX_TIME_CHARS: int = _TIME_COLUMN.length
 
 # Category number -> the stored name ("" for unspecified).
 _CATEGORY_NAMES = {
