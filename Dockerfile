@@ -6,7 +6,7 @@ WORKDIR /app
 COPY requirements/server.txt ./requirements/server.txt
 RUN pip install --no-cache-dir --require-hashes -r requirements/server.txt
 COPY pyproject.toml README.md ./
-COPY services ./services
+COPY reachstore_server ./reachstore_server
 COPY clients/python ./clients/python
 RUN pip install --no-cache-dir --no-deps ./clients/python .
 USER nobody

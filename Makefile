@@ -134,18 +134,18 @@ faults: install-test faults-install
 ## Lint, format check (ruff), type check (mypy) and the layering contracts of ARCHITECTURE.md
 ## (import-linter, from pyproject.toml); `make format` rewrites.
 lint: install-test
-	$(VENV)/bin/ruff check services clients tests bench
-	$(VENV)/bin/ruff format --check services clients tests bench
-	$(VENV)/bin/mypy services clients/python/reachstore
+	$(VENV)/bin/ruff check reachstore_server clients tests bench
+	$(VENV)/bin/ruff format --check reachstore_server clients tests bench
+	$(VENV)/bin/mypy reachstore_server clients/python/reachstore
 	$(VENV)/bin/lint-imports --no-cache
 
 format: install-test
-	$(VENV)/bin/ruff check --fix services clients tests bench
-	$(VENV)/bin/ruff format services clients tests bench
+	$(VENV)/bin/ruff check --fix reachstore_server clients tests bench
+	$(VENV)/bin/ruff format reachstore_server clients tests bench
 
 ## Regenerate docs/ERRORS.md from the error catalogue.
 docs: install
-	$(PY) -m services.common.errors > docs/ERRORS.md
+	$(PY) -m reachstore_server.common.errors > docs/ERRORS.md
 
 ## Query and ingest benchmark on the shared corpus (prints ratios; not a test).
 bench: install-test

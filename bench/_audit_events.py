@@ -36,10 +36,10 @@ from google.protobuf import json_format
 from sqlalchemy import Engine, MetaData, Table
 
 from reachstore.audit.v1 import audit_service_pb2 as pb
-from services.audit.chain import HASHED_FIELDS, canonical_json
-from services.audit.store import AuditStore
-from services.common.timefmt import rfc3339
-from services.storage.audit_models import AuditEventRow
+from reachstore_server.audit.chain import HASHED_FIELDS, canonical_json
+from reachstore_server.audit.store import AuditStore
+from reachstore_server.common.timefmt import rfc3339
+from reachstore_server.storage.audit_models import AuditEventRow
 
 RAW_TABLE = "bench_raw_audit_events"
 STORED_FIELDS = tuple(f for f in HASHED_FIELDS if f != "prev_hash")

@@ -1,6 +1,6 @@
 """The audit service under test and its gRPC clients.
 
-``AuditProcess`` is ``python -m services.audit.main`` (``ServiceProcess`` of
+``AuditProcess`` is ``python -m reachstore_server.audit.main`` (``ServiceProcess`` of
 ``_reach_service.py``) with a signing key the benchmark also holds, so it can verify in
 its own process what the service signed. No API keys are required, but the keyless
 caller may neither append nor read other tenants' trails: once the service is up, the
@@ -32,10 +32,10 @@ from _stats import cpu_seconds, latency_stats
 
 from reachstore.audit.v1 import audit_service_pb2 as pb
 from reachstore.audit.v1 import audit_service_pb2_grpc as pb_grpc
-from services.common.auth import SERVICE_TENANT
-from services.storage.engine import make_engine, make_sessions
-from services.storage.keys import KeySpec, KeyStore
-from services.storage.schema import migrate_to_head
+from reachstore_server.common.auth import SERVICE_TENANT
+from reachstore_server.storage.engine import make_engine, make_sessions
+from reachstore_server.storage.keys import KeySpec, KeyStore
+from reachstore_server.storage.schema import migrate_to_head
 
 CALL_TIMEOUT_SECONDS = 120.0
 ATTEMPTS = 10  # calls per batch before the run fails
@@ -44,9 +44,9 @@ CHANNEL_OPTIONS = [("grpc.max_send_message_length", 16 * 2**20)]
 
 
 class AuditProcess(ServiceProcess):
-    """``services.audit.main`` signing with ``audit_key`` (Ed25519, PEM)."""
+    """``reachstore_server.audit.main`` signing with ``audit_key`` (Ed25519, PEM)."""
 
-    module = "services.audit.main"
+    module = "reachstore_server.audit.main"
     name = "audit"
 
     def __init__(

@@ -19,12 +19,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from reachstore.query.v1 import query_service_pb2 as qpb
 from reachstore.query.v1 import query_service_pb2_grpc as qgrpc
-from services.bridge import http_body, json_codec
-from services.bridge.backends import DEFAULT_SERVICES
-from services.bridge.error_responses import JsonResponse
-from services.bridge.request_builder import build_request
-from services.bridge.routes import RouteTable
-from services.query.index import merge_hits
+from reachstore_server.bridge import http_body, json_codec
+from reachstore_server.bridge.backends import DEFAULT_SERVICES
+from reachstore_server.bridge.error_responses import JsonResponse
+from reachstore_server.bridge.request_builder import build_request
+from reachstore_server.bridge.routes import RouteTable
+from reachstore_server.query.index import merge_hits
 
 
 def inprocess_stages(inproc: InProcess, queries: Sequence[str]) -> dict[str, float]:

@@ -9,7 +9,7 @@ events travel the way they do in production: outbox -> shipper -> ``AppendEvents
 ``Fleet`` starts what it is asked for - so many query replicas, reach workers, an ingest
 and an audit service - and offers the clients' view: one address list per component,
 which ``channel`` turns into a gRPC channel balancing round robin over the replicas with
-the services' own client settings (``services/common/channels.py``).
+the services' own client settings (``reachstore_server/common/channels.py``).
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from _audit_load import AuditProcess
 from _reach_receiver import ReceiverProcess
 from _reach_service import ROOT, ReachProcess, ServiceProcess, add_engine_arguments
 
-from services.bridge.backends import INGEST_SERVICE, QUERY_SERVICE, REACH_SERVICE
-from services.common.channels import grpc_target, service_config
-from services.common.grpc_server import GRPC_OPTIONS
+from reachstore_server.bridge.backends import INGEST_SERVICE, QUERY_SERVICE, REACH_SERVICE
+from reachstore_server.common.channels import grpc_target, service_config
+from reachstore_server.common.grpc_server import GRPC_OPTIONS
 
 
 def add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
@@ -75,7 +75,7 @@ class FleetService(ServiceProcess):
 
 
 class QueryProcess(FleetService):
-    module = "services.query.main"
+    module = "reachstore_server.query.main"
 
     @property
     def snapshot_bytes(self) -> int:
@@ -84,7 +84,7 @@ class QueryProcess(FleetService):
 
 
 class IngestProcess(FleetService):
-    module = "services.ingest.main"
+    module = "reachstore_server.ingest.main"
 
 
 class ReachWorker(ReachProcess):

@@ -15,11 +15,11 @@ import numpy as np
 from _stats import Pids, cpu_seconds
 from sqlalchemy import func, select
 
-from services.embedding import UsemEmbedder
-from services.ingest.domain.chunking import chunk_text
-from services.storage.models import TaskRow
-from services.storage.repository import SemanticStore
-from services.storage.tasks import FINISHED
+from reachstore_server.embedding import UsemEmbedder
+from reachstore_server.ingest.domain.chunking import chunk_text
+from reachstore_server.storage.models import TaskRow
+from reachstore_server.storage.repository import SemanticStore
+from reachstore_server.storage.tasks import FINISHED
 
 TENANT = "default"
 BATCH_SIZE = 100  # the most documents one REST batchCreate takes

@@ -22,11 +22,11 @@ from _stats import Pids, cpu_seconds, latency_stats
 
 from reachstore.query.v1 import query_service_pb2 as qpb
 from reachstore.query.v1 import query_service_pb2_grpc as qgrpc
-from services.common.grpc_server import GRPC_OPTIONS
-from services.embedding import UsemEmbedder
-from services.query.index import CancelToken, NamespaceIndex, merge_hits
-from services.query.indexes import IndexManager
-from services.storage.repository import SemanticStore
+from reachstore_server.common.grpc_server import GRPC_OPTIONS
+from reachstore_server.embedding import UsemEmbedder
+from reachstore_server.query.index import CancelToken, NamespaceIndex, merge_hits
+from reachstore_server.query.indexes import IndexManager
+from reachstore_server.storage.repository import SemanticStore
 
 TOP_K = 10
 TENANT = "default"

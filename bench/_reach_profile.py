@@ -52,11 +52,11 @@ class PySpyRecording:
 
 
 def _short_path(path: str) -> str:
-    """<package>/... under site-packages, services/..., stdlib:<module path>, or as is."""
+    """<package>/... under site-packages, reachstore_server/..., stdlib:<module path>, or as is."""
     if "site-packages/" in path:
         return path.rsplit("site-packages/", 1)[1]
-    if "/services/" in path:
-        return "services/" + path.rsplit("/services/", 1)[1]
+    if "/reachstore_server/" in path:
+        return "reachstore_server/" + path.rsplit("/reachstore_server/", 1)[1]
     stdlib = re.search(r"/lib/python3\.\d+/(.*)$", path)
     if stdlib:
         return "stdlib:" + stdlib[1]
@@ -71,7 +71,7 @@ def _package(short: str) -> str:
     if short.startswith("stdlib:"):
         return "stdlib:" + short.removeprefix("stdlib:").split("/")[0].removesuffix(".py")
     parts = short.split("/")
-    if parts[0] == "services":
+    if parts[0] == "reachstore_server":
         return "/".join(parts[:3]).removesuffix(".py")
     return parts[0].removesuffix(".py")
 
@@ -85,7 +85,7 @@ def _frame(text: str) -> tuple[str, str]:
 
 def summarize(path: Path, top: int = 12) -> dict[str, Any]:
     """Shares of the samples: own time by function and by package; inclusive time of the
-    project's own functions (services/...)."""
+    project's own functions (reachstore_server/...)."""
     own: Counter[str] = Counter()
     own_pkg: Counter[str] = Counter()
     inclusive: Counter[str] = Counter()
@@ -102,7 +102,7 @@ def summarize(path: Path, top: int = 12) -> dict[str, Any]:
         func, short = frames[-1]
         own[f"{func} ({short})"] += count
         own_pkg[_package(short)] += count
-        for name in {f"{f} ({s})" for f, s in frames if s.startswith("services/")}:
+        for name in {f"{f} ({s})" for f, s in frames if s.startswith("reachstore_server/")}:
             inclusive[name] += count
 
     def shares(counter: Counter[str]) -> list[tuple[str, float]]:

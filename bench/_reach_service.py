@@ -34,8 +34,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
-from services.storage.engine import make_engine
-from services.storage.schema import migrate_to_head
+from reachstore_server.storage.engine import make_engine
+from reachstore_server.storage.schema import migrate_to_head
 
 ROOT = Path(__file__).resolve().parent.parent
 CHANNEL = "bench-hook"
@@ -77,7 +77,7 @@ def free_port() -> int:
 class ServiceProcess:
     """One ``python -m <module>`` process on a free port of 127.0.0.1."""
 
-    module = ""  # set by each subclass, e.g. "services.reach.main"
+    module = ""  # set by each subclass, e.g. "reachstore_server.reach.main"
     name = ""  # "reach": its log file and its messages
 
     def __init__(self, folder: Path, database_url: str, log_level: str):
@@ -222,13 +222,13 @@ class ServiceProcess:
 
 
 class ReachProcess(ServiceProcess):
-    """``services.reach.main`` with one webhook channel to ``receiver_url``."""
+    """``reachstore_server.reach.main`` with one webhook channel to ``receiver_url``."""
 
-    module = "services.reach.main"
+    module = "reachstore_server.reach.main"
     name = "reach"
 
     # One secret for every reach process of a run: replicas of one deployment share it
-    # (services/reach/idempotency.py), or one intent would get a key per process.
+    # (reachstore_server/reach/idempotency.py), or one intent would get a key per process.
     PII_SECRET = secrets.token_hex(32)
 
     def __init__(

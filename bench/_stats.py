@@ -55,7 +55,7 @@ def _process_cpu_seconds(pid: int) -> float:
 
 
 # A name stands for one process, or for several whose CPU is summed (the query processes
-# of one `reachstore up`, services/cli.py).
+# of one `reachstore up`, reachstore_server/cli.py).
 Pids = Mapping[str, int | Sequence[int]]
 
 

@@ -10,7 +10,7 @@ Quick run: ``--events 2000 --warmup 500 --skip-postgres``.
 
 For each engine - SQLite (a file in the temp folder) and PostgreSQL (a new database
 ``reachstore_bench_<hex>`` on ``--postgres-url``, dropped at the end) - it starts
-``python -m services.audit.main`` on that database (``_audit_load.py``), waits for its
+``python -m reachstore_server.audit.main`` on that database (``_audit_load.py``), waits for its
 gRPC health check, sends ``--warmup`` events untimed, then measures, for each batch size B
 of ``--batch``, ``--events`` events each time (``_audit_events.py`` describes them: about
 230 bytes of masked parameters, round robin over ``--tenants`` tenants):
@@ -69,7 +69,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(1, str(ROOT))  # for services.*; bench/ itself is sys.path[0]
+sys.path.insert(1, str(ROOT))  # for reachstore_server.*; bench/ itself is sys.path[0]
 
 import psycopg  # noqa: E402
 import sqlalchemy  # noqa: E402
@@ -94,12 +94,12 @@ from _reach_service import add_engine_arguments, postgres_database  # noqa: E402
 from _report import machine_facts  # noqa: E402
 from sqlalchemy import func, select  # noqa: E402
 
-from services.audit.signing import CheckpointKeys, PrivateKey  # noqa: E402
-from services.audit.store import VERIFY_PAGE, AuditStore  # noqa: E402
-from services.common.auth import SERVICE_TENANT  # noqa: E402
-from services.common.config import ENVIRONMENT  # noqa: E402
-from services.storage.audit_models import AuditEventRow  # noqa: E402
-from services.storage.engine import make_engine, make_sessions  # noqa: E402
+from reachstore_server.audit.signing import CheckpointKeys, PrivateKey  # noqa: E402
+from reachstore_server.audit.store import VERIFY_PAGE, AuditStore  # noqa: E402
+from reachstore_server.common.auth import SERVICE_TENANT  # noqa: E402
+from reachstore_server.common.config import ENVIRONMENT  # noqa: E402
+from reachstore_server.storage.audit_models import AuditEventRow  # noqa: E402
+from reachstore_server.storage.engine import make_engine, make_sessions  # noqa: E402
 
 TENANT_NAMES = ("acme", "globex", "initech", "umbrella", "hooli", "stark", "wayne", "wonka")
 
@@ -460,7 +460,8 @@ def print_report(r: dict[str, Any]) -> None:
     )
     p("          the client threads, the audit process and the database share them")
     p(
-        f"service : python -m services.audit.main, log level {c['log_level']}, checkpoints every "
+        f"service : python -m reachstore_server.audit.main, log level {c['log_level']}, "
+        "checkpoints every "
         f"{c['checkpoint_s']} s (default); no API keys (local caller)"
     )
     if c.get("witness_file"):

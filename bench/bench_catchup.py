@@ -39,13 +39,13 @@ import psycopg
 from _reach_service import add_engine_arguments, postgres_database
 from _stats import latency_stats, timed_samples
 
-from services.embedding import UsemEmbedder
-from services.query.index import CancelToken
-from services.query.indexes import IndexManager, Slot
-from services.storage.engine import make_engine, make_sessions
-from services.storage.records import ChunkData
-from services.storage.repository import SemanticStore
-from services.storage.schema import migrate_to_head
+from reachstore_server.embedding import UsemEmbedder
+from reachstore_server.query.index import CancelToken
+from reachstore_server.query.indexes import IndexManager, Slot
+from reachstore_server.storage.engine import make_engine, make_sessions
+from reachstore_server.storage.records import ChunkData
+from reachstore_server.storage.repository import SemanticStore
+from reachstore_server.storage.schema import migrate_to_head
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "bench" / "corpus-10k.jsonl"
 QUERIES = Path(__file__).resolve().parents[2] / "shared" / "bench" / "queries-10k.jsonl"

@@ -1,4 +1,4 @@
-"""Cost of call-rate limits shared by the deployment (``services/storage/rate_buckets.py``)
+"""Cost of call-rate limits shared by the deployment (``reachstore_server/storage/rate_buckets.py``)
 next to per-process buckets, in the same run, on SQLite and PostgreSQL.
 
     .venv/bin/python bench/bench_fleet_limits.py [--calls 20000] [--skip-postgres]
@@ -27,10 +27,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._reach_service import DEFAULT_POSTGRES_URL, postgres_database  # noqa: E402
-from services.common.limits import BucketRule, Limits, RequestLimiter  # noqa: E402
-from services.storage.engine import make_engine, make_sessions  # noqa: E402
-from services.storage.rate_buckets import SqlRateBuckets, fleet_limiter  # noqa: E402
-from services.storage.schema import migrate_to_head  # noqa: E402
+from reachstore_server.common.limits import BucketRule, Limits, RequestLimiter  # noqa: E402
+from reachstore_server.storage.engine import make_engine, make_sessions  # noqa: E402
+from reachstore_server.storage.rate_buckets import SqlRateBuckets, fleet_limiter  # noqa: E402
+from reachstore_server.storage.schema import migrate_to_head  # noqa: E402
 
 
 def _us_per_call(run: Callable[[int], None], calls: int) -> float:

@@ -40,9 +40,9 @@ from _ingest_bench import ingest  # noqa: E402
 from _memory import pss_mib, rss_mib  # noqa: E402
 
 from reachstore.query.v1 import query_service_pb2_grpc as qgrpc  # noqa: E402
-from services.common.config import Settings  # noqa: E402
-from services.storage.engine import make_engine, make_sessions  # noqa: E402
-from services.storage.repository import SemanticStore  # noqa: E402
+from reachstore_server.common.config import Settings  # noqa: E402
+from reachstore_server.storage.engine import make_engine, make_sessions  # noqa: E402
+from reachstore_server.storage.repository import SemanticStore  # noqa: E402
 from tests.e2e.system import RunningSystem  # noqa: E402
 
 PEERBENCH = ROOT.parent / "shared" / "peerbench"

@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from services.common.pii import Masker
+from reachstore_server.common.pii import Masker
 
 LINE = (
     "2026-11-30T12:34:56Z order ORD20261130000123 for 张三 (zhang.san@example.com, "

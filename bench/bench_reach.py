@@ -17,7 +17,8 @@ What it does:
    back to back, ``--ceiling-posts`` times (after 200 untimed): posts/s.
 3. For each engine - SQLite (a file in the temp folder) and PostgreSQL (a new database
    ``reachstore_bench_<hex>`` on ``--postgres-url``, dropped at the end) - starts
-   ``python -m services.reach.main`` (``_reach_service.py``) with one webhook channel to that
+   ``python -m reachstore_server.reach.main`` (``_reach_service.py``) with one webhook channel to
+   that
    receiver (no quota, no status look-up: a 200 means succeeded), waits for its gRPC health
    check, and at each ``--concurrency`` runs ``--warmup`` then ``--actions`` actions
    (``_reach_load.py``): each client thread submits one action with params ``{"n": <unique>}``
@@ -57,7 +58,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(1, str(ROOT))  # for services.*; bench/ itself is sys.path[0]
+sys.path.insert(1, str(ROOT))  # for reachstore_server.*; bench/ itself is sys.path[0]
 
 import _pg_work as pgw  # noqa: E402
 import psycopg  # noqa: E402
@@ -74,9 +75,9 @@ from _reach_service import (  # noqa: E402
 from _report import machine_facts  # noqa: E402
 from _stats import Pids, latency_stats  # noqa: E402
 
-from services.reach.config import ReachConfig  # noqa: E402
-from services.reach.executor import IDLE_POLL_SECONDS  # noqa: E402
-from services.reach.watch import FALLBACK_POLL_SECONDS  # noqa: E402
+from reachstore_server.reach.config import ReachConfig  # noqa: E402
+from reachstore_server.reach.executor import IDLE_POLL_SECONDS  # noqa: E402
+from reachstore_server.reach.watch import FALLBACK_POLL_SECONDS  # noqa: E402
 
 CEILING_WARMUP = 200
 
@@ -307,7 +308,8 @@ def print_report(r: dict[str, Any]) -> None:
     p(f"          {'; '.join(r['engines'].values())}")
     p("          the client threads, the receiver, the reach process and the database share them")
     p(
-        f"service : {c['reach_processes']} x python -m services.reach.main on one database "
+        f"service : {c['reach_processes']} x python -m reachstore_server.reach.main on one "
+        "database "
         f"(client threads take turns), engine.workers={c['workers']}, log level {c['log_level']}"
     )
     p(f"          channel {CHANNEL}: webhook, no quota, no status look-up (200 = succeeded)")
@@ -365,7 +367,7 @@ def print_report(r: dict[str, Any]) -> None:
             p(f"  first warning/error of {engine}: {v['first_problem']}")
     p(
         "GetTask's wait ends when the executor of the same process records a change "
-        f"(services/reach/watch.py; other processes' changes are seen within "
+        f"(reachstore_server/reach/watch.py; other processes' changes are seen within "
         f"{1000 * FALLBACK_POLL_SECONDS:.0f} ms)."
     )
     p(

@@ -29,13 +29,13 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 from prometheus_client import CollectorRegistry  # noqa: E402
 
 from reachstore.query.v1 import query_service_pb2  # noqa: E402
-from services.common.grpc_server import (  # noqa: E402
+from reachstore_server.common.grpc_server import (  # noqa: E402
     Guards,
     _wrap_unary,
     create_server,
     mark_serving,
 )
-from services.common.rpc_metrics import RpcMetrics, partial_category  # noqa: E402
+from reachstore_server.common.rpc_metrics import RpcMetrics, partial_category  # noqa: E402
 
 METHOD = "/grpc.health.v1.Health/Check"
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import os
 
-# One math thread per worker, as the services do (services/query/main.py); must be set
+# One math thread per worker, as the services do (reachstore_server/query/main.py); must be set
 # before numpy loads.
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
@@ -57,12 +57,12 @@ from _report import machine_facts, print_report  # noqa: E402
 from _stats import Pids  # noqa: E402
 
 from reachstore.query.v1 import query_service_pb2_grpc as qgrpc  # noqa: E402
-from services.common.config import ENVIRONMENT, Settings  # noqa: E402
-from services.embedding import UsemEmbedder  # noqa: E402
-from services.embedding.forked import processes_wanted  # noqa: E402
-from services.query.index import configure_threads  # noqa: E402
-from services.storage.engine import make_engine, make_sessions  # noqa: E402
-from services.storage.repository import SemanticStore  # noqa: E402
+from reachstore_server.common.config import ENVIRONMENT, Settings  # noqa: E402
+from reachstore_server.embedding import UsemEmbedder  # noqa: E402
+from reachstore_server.embedding.forked import processes_wanted  # noqa: E402
+from reachstore_server.query.index import configure_threads  # noqa: E402
+from reachstore_server.storage.engine import make_engine, make_sessions  # noqa: E402
+from reachstore_server.storage.repository import SemanticStore  # noqa: E402
 from tests.e2e.system import RunningSystem  # noqa: E402
 
 INGEST_BATCH_CHUNKS = int(ENVIRONMENT["REACHSTORE_INGEST_BATCH_CHUNKS"][0])
@@ -291,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"starting reachstore up in {tmp_root} ...")
         t = time.perf_counter()
         system.start()
-        # every query process of the system counts as "query" (services/cli.py starts
+        # every query process of the system counts as "query" (reachstore_server/cli.py starts
         # one per core: query.pid, query-1.pid, ...)
         pids: Pids = {
             c: system.pids("query") if c == "query" else system.pid(c) for c in COMPONENTS

@@ -19,7 +19,7 @@ What it does:
    replicas answer every namespace.
 3. The clients reach the replicas the way the services and the SDK do: one gRPC channel
    per component over the comma-separated address list, balanced round robin
-   (``services/common/channels.py``), not through the bridge - the bridge would add its
+   (``reachstore_server/common/channels.py``), not through the bridge - the bridge would add its
    own process and CPU to a 2-core machine without changing what is measured here.
 4. Open loop (``_open_loop.py``): each operation is fired at fixed times whatever the
    answers do, and latency counts from the scheduled time, so a stall shows as many slow

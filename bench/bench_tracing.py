@@ -32,12 +32,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from reachstore.query.v1 import query_service_pb2 as query_pb2
 from reachstore.query.v1 import query_service_pb2_grpc as query_grpc
-from services.bridge.app import create_app
-from services.bridge.backends import QUERY_SERVICE
-from services.bridge.main import bind_socket, uvicorn_config
-from services.common import otel
-from services.common.config import Settings
-from services.common.grpc_server import create_server, mark_serving
+from reachstore_server.bridge.app import create_app
+from reachstore_server.bridge.backends import QUERY_SERVICE
+from reachstore_server.bridge.main import bind_socket, uvicorn_config
+from reachstore_server.common import otel
+from reachstore_server.common.config import Settings
+from reachstore_server.common.grpc_server import create_server, mark_serving
 
 BODY = {"namespaces": ["bench"], "query": "refund policy"}
 

@@ -1,17 +1,17 @@
 """Verify of one long chain on PostgreSQL, next to the raw read of the same rows.
 
 Fills a fresh database with one tenant's chain of ``--events`` events (1,000,000 by
-default; written with COPY, hashed by ``services/audit/chain.py``, one signed checkpoint
+default; written with COPY, hashed by ``reachstore_server/audit/chain.py``, one signed checkpoint
 at its head), then, in the same run:
 
 - **raw read**: the hashed columns of every row through one psycopg server-side cursor,
   in chain order, doing nothing with them: what reading the chain as rows costs;
 - **raw COPY read**: the same rows as ``COPY … TO STDOUT`` text, each line taken off the
   connection by libpq and dropped: what reading the chain costs at the least, and how
-  verify's workers read it on PostgreSQL (``services/audit/copy_walk.py``);
+  verify's workers read it on PostgreSQL (``reachstore_server/audit/copy_walk.py``);
 - **verify**: ``AuditStore.verify`` of the chain, as the audit service and
   ``reachstore audit verify`` run it (in parallel over the cores when the chain is long:
-  ``services/audit/parallel_walk.py``), also with ``REACHSTORE_AUDIT_VERIFY_PARALLEL_MIN``
+  ``reachstore_server/audit/parallel_walk.py``), also with ``REACHSTORE_AUDIT_VERIFY_PARALLEL_MIN``
   set above the chain's length, which walks it in one process.
 
 Prints the seconds of each (medians of ``--repeat``), the ratio of verify to the raw read,
@@ -39,12 +39,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "clients" / "python")]
 
 from bench._reach_service import postgres_database  # noqa: E402
-from services.audit.chain import GENESIS, HASHED_FIELDS, event_hash  # noqa: E402
-from services.audit.parallel_walk import MIN_EVENTS_SETTING  # noqa: E402
-from services.audit.signing import CheckpointKeys, PrivateKey  # noqa: E402
-from services.audit.store import AuditStore  # noqa: E402
-from services.storage.engine import make_engine, make_sessions  # noqa: E402
-from services.storage.schema import migrate_to_head  # noqa: E402
+from reachstore_server.audit.chain import GENESIS, HASHED_FIELDS, event_hash  # noqa: E402
+from reachstore_server.audit.parallel_walk import MIN_EVENTS_SETTING  # noqa: E402
+from reachstore_server.audit.signing import CheckpointKeys, PrivateKey  # noqa: E402
+from reachstore_server.audit.store import AuditStore  # noqa: E402
+from reachstore_server.storage.engine import make_engine, make_sessions  # noqa: E402
+from reachstore_server.storage.schema import migrate_to_head  # noqa: E402
 
 TENANT = "bench"
 COLUMNS = (*HASHED_FIELDS, "seq", "hash")

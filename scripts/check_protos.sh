@@ -30,7 +30,7 @@ status=0
 while read -r f; do
   cmp -s "clients/python/$f" "$tmp/$f" || { echo "drift: $f (run 'make generate')"; status=1; }
 done <<< "$committed"
-cmp -s services/bridge/descriptors.binpb "$tmp/descriptors.binpb" \
-  || { echo "drift: services/bridge/descriptors.binpb (run 'make generate')"; status=1; }
+cmp -s reachstore_server/bridge/descriptors.binpb "$tmp/descriptors.binpb" \
+  || { echo "drift: reachstore_server/bridge/descriptors.binpb (run 'make generate')"; status=1; }
 [ $status -eq 0 ] && echo "generated code matches the protos"
 exit $status

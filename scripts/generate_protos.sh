@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Regenerates the Python code for every reachstore proto into clients/python/, and the
 # descriptor set with source info (the proto comments) the bridge reads for its OpenAPI
-# document into services/bridge/descriptors.binpb.
+# document into reachstore_server/bridge/descriptors.binpb.
 # Usage: scripts/generate_protos.sh [OUT_DIR [DESCRIPTOR_SET]]
-#   (defaults: clients/python, services/bridge/descriptors.binpb)
+#   (defaults: clients/python, reachstore_server/bridge/descriptors.binpb)
 # The drift check (scripts/check_protos.sh) generates into a temporary folder and compares.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$root/clients/python}
-descriptor_set=${2:-$root/services/bridge/descriptors.binpb}
+descriptor_set=${2:-$root/reachstore_server/bridge/descriptors.binpb}
 cd "$root"
 grpc_include=$(python -c 'import grpc_tools, os; print(os.path.join(os.path.dirname(grpc_tools.__file__), "_proto"))')
 mapfile -t files < <(cd protos && find reachstore -name '*.proto' | sort)

@@ -27,18 +27,18 @@ from reachstore.ingest.v1 import ingest_service_pb2_grpc as ingest_grpc
 from reachstore.query.v1 import query_service_pb2 as query_pb2
 from reachstore.query.v1 import query_service_pb2_grpc as query_grpc
 from reachstore.reach.v1 import reach_service_pb2_grpc as reach_grpc
-from services.bridge.app import create_app
-from services.bridge.backends import (
+from reachstore_server.bridge.app import create_app
+from reachstore_server.bridge.backends import (
     AUDIT_SERVICE,
     INGEST_SERVICE,
     KEY_SERVICE,
     QUERY_SERVICE,
     REACH_SERVICE,
 )
-from services.bridge.main import bind_socket, uvicorn_config
-from services.common import errors
-from services.common.config import Settings
-from services.common.grpc_server import create_server, mark_serving
+from reachstore_server.bridge.main import bind_socket, uvicorn_config
+from reachstore_server.common import errors
+from reachstore_server.common.config import Settings
+from reachstore_server.common.grpc_server import create_server, mark_serving
 
 # The services the test backend hosts (key administration and reach are tested end to end).
 BACKEND_SERVICES = (QUERY_SERVICE, INGEST_SERVICE)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from grpc_health.v1 import health_pb2
 
-from services.bridge.backends import QUERY_SERVICE
+from reachstore_server.bridge.backends import QUERY_SERVICE
 
 if TYPE_CHECKING:
     from conftest import Backend, BridgeServer, LoopThread
@@ -190,7 +190,7 @@ def test_main_logs_json_to_stderr_only_and_stops_cleanly_on_sigterm(backend: Bac
         "REACHSTORE_AUDIT_ADDR": backend.address,
     }
     process = subprocess.Popen(
-        [sys.executable, "-m", "services.bridge.main"],
+        [sys.executable, "-m", "reachstore_server.bridge.main"],
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,

@@ -8,8 +8,8 @@ from typing import Any
 import grpc
 from google.rpc import status_pb2
 
-from services.bridge import error_responses
-from services.common import errors
+from reachstore_server.bridge import error_responses
+from reachstore_server.common import errors
 
 SERVICE = "reachstore.ingest.v1.IngestService"
 

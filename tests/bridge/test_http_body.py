@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from services.bridge import http_body, json_codec
-from services.common import errors
+from reachstore_server.bridge import http_body, json_codec
+from reachstore_server.common import errors
 
 
 @pytest.mark.parametrize(

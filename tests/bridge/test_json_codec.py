@@ -11,8 +11,8 @@ from google.protobuf import message_factory
 from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
 from reachstore.ingest.v1 import ingest_service_pb2 as ingest_pb2
 from reachstore.query.v1 import query_service_pb2 as query_pb2
-from services.bridge import json_codec
-from services.common import errors
+from reachstore_server.bridge import json_codec
+from reachstore_server.common import errors
 
 # --- out ----------------------------------------------------------------------------------
 

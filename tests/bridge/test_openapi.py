@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from openapi_spec_validator import OpenAPIV31SpecValidator
 
-from services.bridge.backends import DEFAULT_SERVICES
-from services.bridge.openapi import ERROR_SCHEMA, build_openapi
-from services.bridge.proto_comments import ProtoComments
-from services.bridge.routes import RouteTable
+from reachstore_server.bridge.backends import DEFAULT_SERVICES
+from reachstore_server.bridge.openapi import ERROR_SCHEMA, build_openapi
+from reachstore_server.bridge.proto_comments import ProtoComments
+from reachstore_server.bridge.routes import RouteTable
 
 TABLE = RouteTable(DEFAULT_SERVICES)
 

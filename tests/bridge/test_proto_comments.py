@@ -11,8 +11,8 @@ import pytest
 
 from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
 from reachstore.reach.v1 import reach_service_pb2 as reach_pb2
-from services.bridge import proto_comments
-from services.bridge.proto_comments import ProtoComments, bundled_comments, read_comments
+from reachstore_server.bridge import proto_comments
+from reachstore_server.bridge.proto_comments import ProtoComments, bundled_comments, read_comments
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,6 +59,6 @@ def test_a_corrupt_descriptor_set_gives_no_comments(tmp_path: Path) -> None:
 def test_descriptor_set_is_package_data() -> None:
     # An installed bridge (not an editable one) must find the file next to its module.
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    patterns = config["tool"]["setuptools"]["package-data"]["services"]
+    patterns = config["tool"]["setuptools"]["package-data"]["reachstore_server"]
     assert any(fnmatch.fnmatch("bridge/descriptors.binpb", pattern) for pattern in patterns)
-    assert (ROOT / "services" / "bridge" / proto_comments.DESCRIPTOR_SET).is_file()
+    assert (ROOT / "reachstore_server" / "bridge" / proto_comments.DESCRIPTOR_SET).is_file()

@@ -7,11 +7,11 @@ from typing import Any
 import pytest
 
 from reachstore.query.v1 import query_service_pb2 as query_pb2
-from services.bridge import json_codec
-from services.bridge.backends import DEFAULT_SERVICES
-from services.bridge.request_builder import build_request
-from services.bridge.routes import Match, RouteTable
-from services.common import errors
+from reachstore_server.bridge import json_codec
+from reachstore_server.bridge.backends import DEFAULT_SERVICES
+from reachstore_server.bridge.request_builder import build_request
+from reachstore_server.bridge.routes import Match, RouteTable
+from reachstore_server.common import errors
 
 TABLE = RouteTable(DEFAULT_SERVICES)
 

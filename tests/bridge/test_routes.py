@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from services.bridge.backends import DEFAULT_SERVICES
-from services.bridge.routes import RouteTable, RouteTemplateError
+from reachstore_server.bridge.backends import DEFAULT_SERVICES
+from reachstore_server.bridge.routes import RouteTable, RouteTemplateError
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from services.common import otel
+from reachstore_server.common import otel
 from tests.bridge.conftest import (
     BACKEND_SERVICES,
     LoopThread,
@@ -37,7 +37,7 @@ def exporter() -> Iterator[InMemorySpanExporter]:
 def test_one_rest_query_is_one_trace_from_the_bridge_request_into_the_query_server(
     loop: LoopThread, exporter: InMemorySpanExporter
 ) -> None:
-    from services.bridge.app import create_app
+    from reachstore_server.bridge.app import create_app
 
     backend = loop.run(_start_backend())
     app = create_app(backend.settings(), deadline_s=5.0, services=BACKEND_SERVICES)

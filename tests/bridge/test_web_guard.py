@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from services.common.config import ConfigError, Settings
+from reachstore_server.common.config import ConfigError, Settings
 from tests.bridge.conftest import Backend, BridgeFactory
 
 

@@ -37,7 +37,7 @@ def lone_bridge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "REACHSTORE_AUDIT_ADDR": f"127.0.0.1:{base + 3}",
     }
     process = subprocess.Popen(
-        [sys.executable, "-m", "services.bridge.main"],
+        [sys.executable, "-m", "reachstore_server.bridge.main"],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

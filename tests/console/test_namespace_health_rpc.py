@@ -14,18 +14,18 @@ import pytest
 
 from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
 from reachstore.query.v1 import query_service_pb2 as pb
-from services.common import errors
-from services.common.auth import LOCAL_CALLER, Caller
-from services.common.identity import reset_caller, set_caller
-from services.embedding import UsemEmbedder
-from services.ingest.worker import IngestWorker
-from services.query.api.servicer import QueryServicer
-from services.query.coverage import CoverageLog
-from services.query.indexes import IndexManager
-from services.storage.engine import make_engine, make_sessions
-from services.storage.repository import SemanticStore
-from services.storage.schema import migrate_to_head
-from services.storage.tasks import NewTask, TaskStore
+from reachstore_server.common import errors
+from reachstore_server.common.auth import LOCAL_CALLER, Caller
+from reachstore_server.common.identity import reset_caller, set_caller
+from reachstore_server.embedding import UsemEmbedder
+from reachstore_server.ingest.worker import IngestWorker
+from reachstore_server.query.api.servicer import QueryServicer
+from reachstore_server.query.coverage import CoverageLog
+from reachstore_server.query.indexes import IndexManager
+from reachstore_server.storage.engine import make_engine, make_sessions
+from reachstore_server.storage.repository import SemanticStore
+from reachstore_server.storage.schema import migrate_to_head
+from reachstore_server.storage.tasks import NewTask, TaskStore
 
 TENANT = LOCAL_CALLER.tenant
 # The servicer reads the caller from the call's context variable, never from the context.

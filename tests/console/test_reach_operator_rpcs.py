@@ -14,22 +14,22 @@ from typing import Any, TypeVar
 import pytest
 
 from reachstore.reach.v1 import reach_service_pb2 as pb
-from services.common import errors
-from services.common.auth import LOCAL_CALLER, Caller
-from services.common.identity import reset_caller, set_caller
-from services.common.pii import Masker
-from services.reach import health
-from services.reach import states as st
-from services.reach.api.servicer import ReachServicer
-from services.reach.config import parse_config
-from services.reach.idempotency import KeySecrets
-from services.reach.main import build_channels
-from services.reach.metrics import ReachMetrics
-from services.reach.policy.breaker import CircuitBreaker
-from services.reach.store import ActionPlan, Change, ReachStore, TaskPlan
-from services.reach.watch import TaskChanges
-from services.storage.engine import make_engine, make_sessions
-from services.storage.schema import migrate_to_head
+from reachstore_server.common import errors
+from reachstore_server.common.auth import LOCAL_CALLER, Caller
+from reachstore_server.common.identity import reset_caller, set_caller
+from reachstore_server.common.pii import Masker
+from reachstore_server.reach import health
+from reachstore_server.reach import states as st
+from reachstore_server.reach.api.servicer import ReachServicer
+from reachstore_server.reach.config import parse_config
+from reachstore_server.reach.idempotency import KeySecrets
+from reachstore_server.reach.main import build_channels
+from reachstore_server.reach.metrics import ReachMetrics
+from reachstore_server.reach.policy.breaker import CircuitBreaker
+from reachstore_server.reach.store import ActionPlan, Change, ReachStore, TaskPlan
+from reachstore_server.reach.watch import TaskChanges
+from reachstore_server.storage.engine import make_engine, make_sessions
+from reachstore_server.storage.schema import migrate_to_head
 
 T = TypeVar("T")
 # The servicers read the caller from the call's context variable, never from the context.

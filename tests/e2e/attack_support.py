@@ -28,7 +28,7 @@ def cli_key(system: RunningSystem, tenant: str, scopes: str, *extra: str) -> dic
 def cli(system: RunningSystem, *args: str) -> subprocess.CompletedProcess[str]:
     """One `reachstore` command on the system's data folder (not checked)."""
     return subprocess.run(
-        [sys.executable, "-m", "services.cli", *args, "--data-dir", str(system.data_dir)],
+        [sys.executable, "-m", "reachstore_server.cli", *args, "--data-dir", str(system.data_dir)],
         capture_output=True,
         text=True,
         timeout=60,

@@ -1,5 +1,5 @@
 """A scaled-out reachstore, as an operator would run it: every component its own process
-(`python -m services.<component>.main`, what `reachstore serve` runs), two query replicas
+(`python -m reachstore_server.<component>.main`, what `reachstore serve` runs), two query replicas
 and two reach workers, on a PostgreSQL server of the test's own that a test may stop.
 
 The bridge reaches the replicas through one comma-separated address list per service
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-from services.audit.signing import PrivateKey
+from reachstore_server.audit.signing import PrivateKey
 from tests.e2e.private_postgres import PrivatePostgres
 from tests.e2e.processes import ROOT, ServiceProcess, shipper_key
 from tests.e2e.system import free_port_block
@@ -83,7 +83,7 @@ class Bridge:
     def start(self, timeout: float = 30) -> Bridge:
         with self._log_path.open("ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "services.bridge.main"],
+                [sys.executable, "-m", "reachstore_server.bridge.main"],
                 cwd=ROOT,
                 env=self._env,
                 stdin=subprocess.DEVNULL,
@@ -152,7 +152,7 @@ class Deployment:
         self, component: str, service: str, name: str, address: str | None = None, **env: str
     ) -> ServiceProcess:
         return ServiceProcess(
-            f"services.{component}.main",
+            f"reachstore_server.{component}.main",
             f"reachstore.{service}",
             self.workdir,
             name,

@@ -8,7 +8,7 @@ import httpx
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from services.cli import METRICS_PORT_OFFSETS
+from reachstore_server.cli import METRICS_PORT_OFFSETS
 from tests.e2e.system import RunningSystem
 
 COMPONENTS = tuple(METRICS_PORT_OFFSETS)

@@ -15,9 +15,9 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from services.common.config import ConfigError, Settings
-from services.storage.engine import make_engine
-from services.storage.schema import migrate_to_head
+from reachstore_server.common.config import ConfigError, Settings
+from reachstore_server.storage.engine import make_engine
+from reachstore_server.storage.schema import migrate_to_head
 from tests.e2e.system import free_port_block
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -147,7 +147,7 @@ def shipper_key(env: dict[str, str]) -> str:
     ship their audit events with it, as `up` does with the one it mints (the keyless
     caller of local mode may not append events)."""
     done = subprocess.run(
-        [sys.executable, "-m", "services.cli", "keys", "create", "--service", "--json"]
+        [sys.executable, "-m", "reachstore_server.cli", "keys", "create", "--service", "--json"]
         + ["--data-dir", env["REACHSTORE_DATA_DIR"], "--name", "test: ships audit events"],
         cwd=ROOT,
         env={**ServiceProcess.base_env(), **env},

@@ -2,7 +2,7 @@
 (or two) on a real database, a configuration written as TOML text, and the action read
 back over gRPC once it has stopped moving.
 
-Nothing here stands in for reach: the processes are ``python -m services.reach.main``.
+Nothing here stands in for reach: the processes are ``python -m reachstore_server.reach.main``.
 """
 
 from __future__ import annotations

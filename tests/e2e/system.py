@@ -19,12 +19,12 @@ START_TIMEOUT_SECONDS = 90.0
 def start_service_once(
     component: str, data_dir: Path, extra_env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """``python -m services.<component>.main`` with no REACHSTORE_* setting but the data
+    """``python -m reachstore_server.<component>.main`` with no REACHSTORE_* setting but the data
     folder and ``extra_env``, run to its end: for a service that must refuse to start."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("REACHSTORE_")}
     env.update(extra_env or {}, REACHSTORE_DATA_DIR=str(data_dir))
     return subprocess.run(
-        [sys.executable, "-m", f"services.{component}.main"],
+        [sys.executable, "-m", f"reachstore_server.{component}.main"],
         cwd=Path(__file__).resolve().parents[2],
         env=env,
         capture_output=True,
@@ -89,7 +89,7 @@ class RunningSystem:
             [
                 sys.executable,
                 "-m",
-                "services.cli",
+                "reachstore_server.cli",
                 "up",
                 "--data-dir",
                 str(self.data_dir),

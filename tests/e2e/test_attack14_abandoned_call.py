@@ -1,7 +1,8 @@
 """A call the client gives up on while it is changing something, on a real `reachstore up
 --require-keys`: it must still leave its event in the trail, with how it ended.
 
-Every call that changes something is audited, failures included (services/audit_client/calls.py;
+Every call that changes something is audited, failures included
+(reachstore_server/audit_client/calls.py;
 docs/INPUT_AND_OUTBOX.md, "A call that fails after its first write"). `CancelAction` of a
 sent action asks the receiver to cancel it (a POST to the channel's `cancel_url`) before
 it writes anything. When the receiver is slow to answer and the caller's deadline runs

@@ -2,7 +2,7 @@
 --require-keys`: key management stays hidden from it (docs/SECURITY.md, "Grants inside a
 tenant": "key management, calls naming only an id ... stays hidden from it").
 
-The rule in ``services/audit/visibility.py`` reads an event's subject off its parameters,
+The rule in ``reachstore_server/audit/visibility.py`` reads an event's subject off its parameters,
 and a ``CreateKey`` event carries the new key's ``namespaces``: an admin making a key
 granted ``public-payroll`` leaves an event that names only namespaces inside a
 ``public-*`` grant, so the `public-*` reader is shown which key the admin holds, that it

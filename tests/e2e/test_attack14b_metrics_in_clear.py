@@ -20,7 +20,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from services.cli import METRICS_PORT_OFFSETS
+from reachstore_server.cli import METRICS_PORT_OFFSETS
 from tests.e2e.system import RunningSystem
 from tests.e2e.tls_certs import CertSet, write_cert_set
 

@@ -67,7 +67,7 @@ def test_serve_refuses_keys_in_plain_text_beyond_loopback(tmp_path: Path, compon
         del env[variable]
     (tmp_path / "data").mkdir()
     process = subprocess.Popen(
-        [sys.executable, "-m", "services.cli", "serve", component],
+        [sys.executable, "-m", "reachstore_server.cli", "serve", component],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

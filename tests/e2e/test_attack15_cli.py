@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from services.audit.chain import Signer
-from services.audit.store import AuditStore
-from services.common.kept_secrets import (
+from reachstore_server.audit.chain import Signer
+from reachstore_server.audit.store import AuditStore
+from reachstore_server.common.kept_secrets import (
     AUDIT_PUBLIC_KEY_FILE,
     AUDIT_WITNESS_FILE,
     LEGACY_AUDIT_KEY_FILE,
 )
-from services.storage.engine import make_engine, make_sessions
+from reachstore_server.storage.engine import make_engine, make_sessions
 from tests.e2e.test_audit_cli import build_trail, delete_sql, reachstore
 from tests.integration.test_audit_tamper import START, drop_append_only_triggers, events
 

@@ -16,8 +16,8 @@ import pytest
 
 from reachstore.audit.v1 import audit_service_pb2 as pb
 from reachstore.audit.v1 import audit_service_pb2_grpc as pb_grpc
-from services.audit.signing import PrivateKey
-from services.common.timefmt import rfc3339
+from reachstore_server.audit.signing import PrivateKey
+from reachstore_server.common.timefmt import rfc3339
 from tests.e2e.processes import ServiceProcess, shipper_key
 from tests.e2e.test_audit_cli import delete_sql, reachstore
 
@@ -41,7 +41,7 @@ def test_a_tail_deleted_before_any_checkpoint_exits_1(tmp_path: Path) -> None:
     }
     key_secret = shipper_key(env)
     audit = ServiceProcess(
-        "services.audit.main", "reachstore.audit.v1.AuditService", tmp_path, "audit", env
+        "reachstore_server.audit.main", "reachstore.audit.v1.AuditService", tmp_path, "audit", env
     ).start()
     try:
         stub = pb_grpc.AuditServiceStub(audit.channel)

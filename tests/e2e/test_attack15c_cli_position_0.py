@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from services.storage.engine import make_engine
+from reachstore_server.storage.engine import make_engine
 from tests.e2e.test_attack15_cli import Deployed
 from tests.e2e.test_audit_cli import reachstore
 

@@ -2,7 +2,7 @@
 and PostgreSQL, then started again and sent every batch once more, as shippers that lost
 their acknowledgements do.
 
-The append path writes a batch in one transaction (``services/audit/appending.py``: on
+The append path writes a batch in one transaction (``reachstore_server/audit/appending.py``: on
 PostgreSQL the rows by ``COPY`` between two pipelines), and its first try takes the ids to
 be new, leaving a batch sent again to the ids' uniqueness. Whatever the kill cut short,
 read back with SQL: every event is stored exactly once, each chain has consecutive
@@ -23,10 +23,10 @@ import sqlalchemy
 
 from reachstore.audit.v1 import audit_service_pb2 as pb
 from reachstore.audit.v1 import audit_service_pb2_grpc as pb_grpc
-from services.audit.signing import CheckpointKeys
-from services.audit.store import AuditStore
-from services.common.timefmt import rfc3339
-from services.storage.engine import make_engine, make_sessions
+from reachstore_server.audit.signing import CheckpointKeys
+from reachstore_server.audit.store import AuditStore
+from reachstore_server.common.timefmt import rfc3339
+from reachstore_server.storage.engine import make_engine, make_sessions
 from tests.e2e.processes import ServiceProcess, shipper_key
 from tests.e2e.test_attack17_unmasked_append import audit_settings
 
@@ -62,7 +62,7 @@ def test_batches_cut_short_by_a_kill_and_sent_again_are_stored_once_in_order(
     env, url, key = audit_settings(engine, tmp_path, request, "attack17-killed-secret")
     batches = [batch(n) for n in range(BATCHES)]
     audit = ServiceProcess(
-        "services.audit.main", "reachstore.audit.v1.AuditService", tmp_path, "audit", env
+        "reachstore_server.audit.main", "reachstore.audit.v1.AuditService", tmp_path, "audit", env
     ).start()
     metadata = [("authorization", f"Bearer {shipper_key(env)}")]
     acknowledged: set[int] = set()
@@ -86,7 +86,7 @@ def test_batches_cut_short_by_a_kill_and_sent_again_are_stored_once_in_order(
     assert 8 <= len(acknowledged) < BATCHES, len(acknowledged)
 
     again = ServiceProcess(
-        "services.audit.main",
+        "reachstore_server.audit.main",
         "reachstore.audit.v1.AuditService",
         tmp_path,
         "audit-again",

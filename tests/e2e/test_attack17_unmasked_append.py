@@ -24,12 +24,12 @@ from google.protobuf import json_format
 
 from reachstore.audit.v1 import audit_service_pb2 as pb
 from reachstore.audit.v1 import audit_service_pb2_grpc as pb_grpc
-from services.audit.signing import CheckpointKeys, PrivateKey
-from services.audit.store import AuditStore
-from services.common.canonical import canonical_json
-from services.common.pii import Masker
-from services.common.timefmt import rfc3339
-from services.storage.engine import make_engine, make_sessions
+from reachstore_server.audit.signing import CheckpointKeys, PrivateKey
+from reachstore_server.audit.store import AuditStore
+from reachstore_server.common.canonical import canonical_json
+from reachstore_server.common.pii import Masker
+from reachstore_server.common.timefmt import rfc3339
+from reachstore_server.storage.engine import make_engine, make_sessions
 from tests.e2e.processes import ServiceProcess, shipper_key
 
 pytestmark = pytest.mark.e2e
@@ -125,7 +125,7 @@ def test_raw_personal_data_sent_to_append_events_never_reaches_the_table(
 ) -> None:
     env, url, key = audit_settings(engine, tmp_path, request, PII_SECRET)
     audit = ServiceProcess(
-        "services.audit.main", "reachstore.audit.v1.AuditService", tmp_path, "audit", env
+        "reachstore_server.audit.main", "reachstore.audit.v1.AuditService", tmp_path, "audit", env
     ).start()
     sent: dict[str, tuple[dict[str, Any], str]] = {}
     try:

@@ -50,14 +50,21 @@ def test_a_bearer_token_ending_in_a_newline_stops_reach_at_start_without_showing
         )
         env["REACHSTORE_REACH_CONFIG"] = str(config)
         subprocess.run(
-            [sys.executable, "-m", "services.cli", "migrate", "--database-url", database_url],
+            [
+                sys.executable,
+                "-m",
+                "reachstore_server.cli",
+                "migrate",
+                "--database-url",
+                database_url,
+            ],
             env=env,
             check=True,
             capture_output=True,
             timeout=60,
         )
         done = subprocess.run(
-            [sys.executable, "-m", "services.cli", "serve", "reach"],
+            [sys.executable, "-m", "reachstore_server.cli", "serve", "reach"],
             env=env,
             capture_output=True,
             text=True,

@@ -26,7 +26,7 @@ def test_a_small_append_is_answered_while_a_large_one_is_masked(
 ) -> None:
     env, _url, _key = audit_settings("sqlite", tmp_path, request, PII_SECRET)
     audit = ServiceProcess(
-        "services.audit.main", "reachstore.audit.v1.AuditService", tmp_path, "audit", env
+        "reachstore_server.audit.main", "reachstore.audit.v1.AuditService", tmp_path, "audit", env
     ).start()
     try:
         metadata = [("authorization", f"Bearer {shipper_key(env)}")]

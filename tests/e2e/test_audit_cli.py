@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from services.audit.signing import PrivateKey
-from services.audit.store import AuditStore
-from services.audit.witness import FileWitness
-from services.common.kept_secrets import AUDIT_PUBLIC_KEY_FILE, AUDIT_WITNESS_FILE
-from services.storage.engine import make_engine, make_sessions
-from services.storage.schema import migrate_to_head
+from reachstore_server.audit.signing import PrivateKey
+from reachstore_server.audit.store import AuditStore
+from reachstore_server.audit.witness import FileWitness
+from reachstore_server.common.kept_secrets import AUDIT_PUBLIC_KEY_FILE, AUDIT_WITNESS_FILE
+from reachstore_server.storage.engine import make_engine, make_sessions
+from reachstore_server.storage.schema import migrate_to_head
 from tests.integration.test_audit_tamper import START, drop_append_only_triggers, events
 
 pytestmark = pytest.mark.e2e
@@ -39,7 +39,7 @@ def reachstore(*args: str, env: dict[str, str] | None = None) -> subprocess.Comp
         and k not in ("REACHSTORE_DATABASE_URL", "REACHSTORE_DATA_DIR")
     }
     return subprocess.run(
-        [sys.executable, "-m", "services.cli", *args],
+        [sys.executable, "-m", "reachstore_server.cli", *args],
         env={**clean, **(env or {})},
         capture_output=True,
         text=True,

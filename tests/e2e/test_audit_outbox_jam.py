@@ -22,7 +22,7 @@ from reachstore.audit.v1 import audit_service_pb2 as audit_pb
 from reachstore.audit.v1 import audit_service_pb2_grpc as audit_grpc
 from reachstore.ingest.v1 import ingest_service_pb2 as ingest_pb
 from reachstore.ingest.v1 import ingest_service_pb2_grpc as ingest_grpc
-from services.audit.signing import PrivateKey
+from reachstore_server.audit.signing import PrivateKey
 from tests.e2e.processes import ServiceProcess, shipper_key
 from tests.e2e.system import RunningSystem
 
@@ -118,10 +118,14 @@ def test_refused_batches_with_huge_maps_do_not_jam_the_outbox(tmp_path: Path) ->
     # Services started one by one ship with a deployment service key, as `up` does.
     env["REACHSTORE_AUDIT_SHIPPER_KEY"] = shipper_key(env)
     ingest = ServiceProcess(
-        "services.ingest.main", "reachstore.ingest.v1.IngestService", tmp_path, "ingest", env
+        "reachstore_server.ingest.main",
+        "reachstore.ingest.v1.IngestService",
+        tmp_path,
+        "ingest",
+        env,
     ).start()
     audit = ServiceProcess(
-        "services.audit.main",
+        "reachstore_server.audit.main",
         "reachstore.audit.v1.AuditService",
         tmp_path,
         "audit",

@@ -21,7 +21,7 @@ from reachstore.ingest.v1 import ingest_service_pb2 as ingest_pb
 from reachstore.ingest.v1 import ingest_service_pb2_grpc as ingest_grpc
 from reachstore.reach.v1 import reach_service_pb2 as reach_pb
 from reachstore.reach.v1 import reach_service_pb2_grpc as reach_grpc
-from services.audit.signing import PrivateKey
+from reachstore_server.audit.signing import PrivateKey
 from tests.e2e.processes import ServiceProcess, shipper_key
 from tests.e2e.system import RunningSystem
 from tests.reach.peers import HttpReceiver
@@ -105,7 +105,7 @@ def test_no_event_is_lost_while_the_audit_service_is_down(
 
         def audit_process() -> ServiceProcess:
             return ServiceProcess(
-                "services.audit.main",
+                "reachstore_server.audit.main",
                 "reachstore.audit.v1.AuditService",
                 tmp_path,
                 "audit",
@@ -115,14 +115,18 @@ def test_no_event_is_lost_while_the_audit_service_is_down(
 
         audit = audit_process().start()
         reach = ServiceProcess(
-            "services.reach.main",
+            "reachstore_server.reach.main",
             "reachstore.reach.v1.ReachService",
             tmp_path,
             "reach",
             {**common, "REACHSTORE_REACH_CONFIG": str(_config(tmp_path / "reach.toml", receiver))},
         ).start()
         ingest = ServiceProcess(
-            "services.ingest.main", "reachstore.ingest.v1.IngestService", tmp_path, "ingest", common
+            "reachstore_server.ingest.main",
+            "reachstore.ingest.v1.IngestService",
+            tmp_path,
+            "ingest",
+            common,
         ).start()
         restarted: ServiceProcess | None = None
         try:

@@ -28,7 +28,7 @@ def make_key(system: RunningSystem, tenant: str, scopes: str, *extra: str) -> st
         [
             sys.executable,
             "-m",
-            "services.cli",
+            "reachstore_server.cli",
             "keys",
             "create",
             "--data-dir",
@@ -373,7 +373,15 @@ def test_guessing_keys_neither_locks_out_nor_breaks_legitimate_callers(
 
 def test_the_key_up_made_for_seeding_is_revoked_once_used(secured: RunningSystem) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "services.cli", "keys", "list", "--data-dir", str(secured.data_dir)],
+        [
+            sys.executable,
+            "-m",
+            "reachstore_server.cli",
+            "keys",
+            "list",
+            "--data-dir",
+            str(secured.data_dir),
+        ],
         capture_output=True,
         text=True,
         timeout=60,

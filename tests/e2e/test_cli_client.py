@@ -107,7 +107,7 @@ def cli_args(system: RunningSystem, *args: str) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "services.cli",
+        "reachstore_server.cli",
         *args,
         "--grpc-port-base",
         str(system.grpc_port_base),

@@ -18,7 +18,7 @@ def _keys(data_dir: Path, *args: str) -> Any:
         [
             sys.executable,
             "-m",
-            "services.cli",
+            "reachstore_server.cli",
             "keys",
             *args,
             "--data-dir",

@@ -13,7 +13,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from services.audit.signing import write_key_pair
+from reachstore_server.audit.signing import write_key_pair
 from tests.e2e.processes import ROOT
 from tests.e2e.system import free_port_block
 
@@ -24,7 +24,7 @@ def _migrate(env_file: Path) -> None:
     """The deployment's migrate step, from the same env file: a component refuses a
     database whose schema is not at head."""
     subprocess.run(
-        [sys.executable, "-m", "services.cli", "migrate", "--env-file", str(env_file)],
+        [sys.executable, "-m", "reachstore_server.cli", "migrate", "--env-file", str(env_file)],
         cwd=ROOT,
         check=True,
         capture_output=True,
@@ -33,7 +33,15 @@ def _migrate(env_file: Path) -> None:
 
 def _serve(env_file: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "services.cli", "serve", "audit", "--env-file", str(env_file)],
+        [
+            sys.executable,
+            "-m",
+            "reachstore_server.cli",
+            "serve",
+            "audit",
+            "--env-file",
+            str(env_file),
+        ],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import httpx
 
-from services.query.index import NamespaceIndex, read_snapshot_file
+from reachstore_server.query.index import NamespaceIndex, read_snapshot_file
 from tests.e2e.conftest import ingest, wait_task
 from tests.e2e.system import RunningSystem
 

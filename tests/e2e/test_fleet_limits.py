@@ -2,7 +2,7 @@
 processes on PostgreSQL (``reachstore up --query-processes 2``, whose bridge spreads its
 calls over both, and a second bridge of its own), one key limited to 10 calls/s. Counted
 per process, the key would get about twice its rate; shared in the database
-(``services/storage/rate_buckets.py``), about its rate."""
+(``reachstore_server/storage/rate_buckets.py``), about its rate."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def two_by_two(
     system.start()
     port = ServiceProcess.free_port()
     second = subprocess.Popen(
-        [sys.executable, "-m", "services.cli", "serve", "bridge"],
+        [sys.executable, "-m", "reachstore_server.cli", "serve", "bridge"],
         env={
             **os.environ,
             **limits,

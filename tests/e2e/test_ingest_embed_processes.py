@@ -1,5 +1,5 @@
 """The ingest service embeds in forked copies of itself, one per core by default
-(``services/embedding/forked.py``): a real `reachstore up`, its process tree read from
+(``reachstore_server/embedding/forked.py``): a real `reachstore up`, its process tree read from
 /proc, documents sent over REST, the stored vectors read from the database file, and one
 copy killed with SIGKILL while documents arrive.
 """
@@ -15,10 +15,10 @@ import httpx
 import numpy as np
 import pytest
 
-from services.embedding import UsemEmbedder
-from services.ingest.domain.chunking import chunk_text
-from services.storage.engine import make_engine, make_sessions
-from services.storage.repository import SemanticStore
+from reachstore_server.embedding import UsemEmbedder
+from reachstore_server.ingest.domain.chunking import chunk_text
+from reachstore_server.storage.engine import make_engine, make_sessions
+from reachstore_server.storage.repository import SemanticStore
 from tests.e2e.conftest import ingest
 from tests.e2e.system import RunningSystem
 

@@ -1,5 +1,5 @@
 """The ingest process killed with SIGKILL again and again while it commits, on SQLite and
-PostgreSQL: `python -m services.ingest.main` with its forked embedders, restarted under the
+PostgreSQL: `python -m reachstore_server.ingest.main` with its forked embedders, restarted under the
 same name after every kill, then left to finish.
 
 What must hold however the kills land: every task ends ``completed`` (a task caught
@@ -26,7 +26,7 @@ import pytest
 import sqlalchemy
 
 from reachstore.ingest.v1 import ingest_service_pb2 as pb
-from services.ingest.domain.chunking import chunk_text
+from reachstore_server.ingest.domain.chunking import chunk_text
 from tests.e2e.test_ingest_leases import Database, IngestProcess
 
 pytestmark = pytest.mark.e2e

@@ -1,5 +1,5 @@
 """Two ingest processes on one database (SQLite file and PostgreSQL), as docs/SCALE_OUT.md
-allows: `python -m services.ingest.main` twice, each with its own name, one restarted or
+allows: `python -m reachstore_server.ingest.main` twice, each with its own name, one restarted or
 killed while the other works on a claim.
 
 A claim is kept busy honestly: a handful of large documents, so embedding them takes
@@ -27,8 +27,8 @@ import sqlalchemy
 
 from reachstore.ingest.v1 import ingest_service_pb2 as pb
 from reachstore.ingest.v1 import ingest_service_pb2_grpc as pb_grpc
-from services.storage.engine import make_engine
-from services.storage.schema import migrate_to_head
+from reachstore_server.storage.engine import make_engine
+from reachstore_server.storage.schema import migrate_to_head
 from tests.e2e.processes import ServiceProcess
 
 pytestmark = pytest.mark.e2e
@@ -68,7 +68,7 @@ def document_text(seed: int) -> str:
 class IngestProcess(ServiceProcess):
     def __init__(self, workdir: Path, database_url: str, name: str) -> None:
         super().__init__(
-            "services.ingest.main",
+            "reachstore_server.ingest.main",
             SERVICE,
             workdir,
             name,

@@ -80,7 +80,7 @@ def test_up_refuses_to_listen_beyond_loopback_without_keys(tmp_path: Path) -> No
         [
             sys.executable,
             "-m",
-            "services.cli",
+            "reachstore_server.cli",
             "up",
             "--host",
             "0.0.0.0",

@@ -1,4 +1,4 @@
-"""The reach layer under crashes and concurrency: real `python -m services.reach.main`
+"""The reach layer under crashes and concurrency: real `python -m reachstore_server.reach.main`
 processes, killed with SIGKILL or run side by side, sending to a real HTTP receiver.
 
 Each test prints what it did and what it observed (run with ``-s`` to see it); the same
@@ -27,7 +27,7 @@ from grpc_status import rpc_status
 from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
 from reachstore.reach.v1 import reach_service_pb2 as pb
 from reachstore.reach.v1 import reach_service_pb2_grpc as pb_grpc
-from services.reach.config import LEASE_MARGIN_S
+from reachstore_server.reach.config import LEASE_MARGIN_S
 from tests.e2e.processes import ROOT, ServiceProcess
 from tests.reach.peers import HttpReceiver
 
@@ -119,7 +119,7 @@ class ReachProcess(ServiceProcess):
 
     def __init__(self, workdir: Path, database_url: str, config: Path, worker_id: str) -> None:
         super().__init__(
-            "services.reach.main",
+            "reachstore_server.reach.main",
             SERVICE,
             workdir,
             worker_id,

@@ -1,8 +1,8 @@
 """The executor's group commit under SIGKILL: many actions' state changes share one
-transaction (``services/reach/executor.py`` ``GroupCommit``, ``ReachStore.settle_many``),
+transaction (``reachstore_server/reach/executor.py`` ``GroupCommit``, ``ReachStore.settle_many``),
 and a kill at any moment leaves each of them whole or not at all.
 
-Real ``python -m services.reach.main`` processes killed with SIGKILL while they work, a
+Real ``python -m reachstore_server.reach.main`` processes killed with SIGKILL while they work, a
 real HTTP receiver, and SQL on the database afterwards: for every action, the history,
 the audit events waiting in the outbox (no audit service runs, so they all stay there)
 and the row itself must tell the same story.

@@ -873,7 +873,7 @@ def test_config_mistakes_stop_up_with_one_line(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "services.cli",
+            "reachstore_server.cli",
             "up",
             "--data-dir",
             str(tmp_path / "d"),

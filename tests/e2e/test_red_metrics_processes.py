@@ -1,6 +1,6 @@
 """RPC metrics of several query processes sharing one port (`up --query-processes 2`):
 the bridge spreads calls over both, and the one metrics port must count every call once,
-whichever process answered it (services/common/metrics_registry.py)."""
+whichever process answered it (reachstore_server/common/metrics_registry.py)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Red team: a 5xx answer is taken for "nothing happened", so a non-idempotent webhook is
 sent again and again and ends ``failed`` although every attempt took effect.
 
-``services/reach/channels/webhook.py`` classifies 408 and every 5xx as ``transient`` and
+``reachstore_server/reach/channels/webhook.py`` classifies 408 and every 5xx as ``transient`` and
 NOT ambiguous, and docs/AT_MOST_ONCE.md §1 says "Refusals the receiver stated (an HTTP
 status ...) are not ambiguous". But a 5xx is not a refusal: 500 is what a receiver answers
 when it crashed after committing (rendering the answer, say), and 502/504 are what the

@@ -1,5 +1,5 @@
 """Red team: on SQLite the lease clock is "/proc/uptime, which no process can fake or
-step" (docs/AT_MOST_ONCE.md §3, ``services/storage/clock.py``). A Linux time namespace
+step" (docs/AT_MOST_ONCE.md §3, ``reachstore_server/storage/clock.py``). A Linux time namespace
 does exactly that: ``unshare --time --boottime <offset>`` (unprivileged inside a user
 namespace; it is also how CRIU restores a migrated container, and what LXC's lxcfs does to
 ``/proc/uptime``) gives a process a boot clock of its own, while its wall clock stays

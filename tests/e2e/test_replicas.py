@@ -44,11 +44,15 @@ def test_killing_a_query_replica_fails_no_request(tmp_path: Path) -> None:
         "REACHSTORE_DATA_DIR": str(tmp_path / "data"),
     }
     ingest = ServiceProcess(
-        "services.ingest.main", "reachstore.ingest.v1.IngestService", tmp_path, "ingest", common
+        "reachstore_server.ingest.main",
+        "reachstore.ingest.v1.IngestService",
+        tmp_path,
+        "ingest",
+        common,
     ).start()
     replicas = [
         ServiceProcess(
-            "services.query.main",
+            "reachstore_server.query.main",
             "reachstore.query.v1.QueryService",
             tmp_path,
             f"query-{i}",
@@ -59,7 +63,7 @@ def test_killing_a_query_replica_fails_no_request(tmp_path: Path) -> None:
     bridge_port = free_port_block(1)
     log = (tmp_path / "bridge.log").open("wb")
     bridge = subprocess.Popen(
-        [sys.executable, "-m", "services.bridge.main"],
+        [sys.executable, "-m", "reachstore_server.bridge.main"],
         cwd=ROOT,
         env={
             **ServiceProcess.base_env(),

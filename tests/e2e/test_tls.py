@@ -202,7 +202,7 @@ def test_mutual_tls_serves_the_ca_s_clients_and_the_services_each_other(
 def _up(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     base = free_port_block(10)
     return subprocess.run(
-        [sys.executable, "-m", "services.cli", "up", "--data-dir", str(data_dir)]
+        [sys.executable, "-m", "reachstore_server.cli", "up", "--data-dir", str(data_dir)]
         + ["--grpc-port-base", str(base), "--http-port", str(base + 4), *args],
         cwd=ROOT,
         capture_output=True,
@@ -311,14 +311,14 @@ def test_the_go_client_speaks_tls_to_the_query_service(
 
 
 def test_the_readiness_probe_speaks_tls(tls_system: RunningSystem, certs: CertSet) -> None:
-    """`python -m services.probe`, which the Kubernetes example runs in place of the
+    """`python -m reachstore_server.probe`, which the Kubernetes example runs in place of the
     kubelet's gRPC probe (that one cannot speak TLS)."""
     port = str(tls_system.grpc_port_base)
     service = "reachstore.query.v1.QueryService"
 
     def probe(env: dict[str, str], *args: str) -> int:
         clean = {k: v for k, v in os.environ.items() if not k.startswith("REACHSTORE_TLS_")}
-        command = [sys.executable, "-m", "services.probe", port, service, *args]
+        command = [sys.executable, "-m", "reachstore_server.probe", port, service, *args]
         done = subprocess.run(
             command, cwd=ROOT, env={**clean, **env}, capture_output=True, timeout=30
         )

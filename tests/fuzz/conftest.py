@@ -48,7 +48,7 @@ def make_key(data_dir: Path, tenant: str, scopes: str) -> str:
         [
             sys.executable,
             "-m",
-            "services.cli",
+            "reachstore_server.cli",
             "keys",
             "create",
             "--data-dir",

@@ -34,9 +34,9 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from services.bridge.backends import DEFAULT_SERVICES
-from services.bridge.openapi import build_openapi
-from services.bridge.routes import RouteTable
+from reachstore_server.bridge.backends import DEFAULT_SERVICES
+from reachstore_server.bridge.openapi import build_openapi
+from reachstore_server.bridge.routes import RouteTable
 from tests.e2e.system import RunningSystem
 from tests.fuzz.parsed_strings import PARSED, PARSED_JSON
 

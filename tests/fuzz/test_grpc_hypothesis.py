@@ -36,7 +36,7 @@ import reachstore
 from reachstore import _errors
 from reachstore._rpc import SERVICES as HOSTS
 from reachstore.query.v1 import query_service_pb2, query_service_pb2_grpc
-from services.common.grpc_server import MAX_MESSAGE_BYTES
+from reachstore_server.common.grpc_server import MAX_MESSAGE_BYTES
 from tests.e2e.system import RunningSystem
 from tests.fuzz.conftest import HOME
 from tests.fuzz.parsed_strings import PARSED

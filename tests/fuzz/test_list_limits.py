@@ -27,11 +27,11 @@ from reachstore.query.v1 import query_service_pb2 as query_pb
 from reachstore.query.v1 import query_service_pb2_grpc as query_grpc
 from reachstore.reach.v1 import reach_service_pb2 as reach_pb
 from reachstore.reach.v1 import reach_service_pb2_grpc as reach_grpc
-from services.admin.api.keys import MAX_PATTERNS, MAX_SCOPES
-from services.audit.api.servicer import MAX_BATCH as MAX_EVENTS
-from services.common import names
-from services.reach.api.operator import MAX_STATES
-from services.reach.planning import MAX_ACTIONS
+from reachstore_server.admin.api.keys import MAX_PATTERNS, MAX_SCOPES
+from reachstore_server.audit.api.servicer import MAX_BATCH as MAX_EVENTS
+from reachstore_server.common import names
+from reachstore_server.reach.api.operator import MAX_STATES
+from reachstore_server.reach.planning import MAX_ACTIONS
 from tests.e2e.system import RunningSystem
 from tests.fuzz.conftest import HOME
 

@@ -178,7 +178,7 @@ def capped_bridge(fuzz_system: RunningSystem) -> Iterator[int]:
         "REACHSTORE_HTTP_HEAD_TIMEOUT_S": "3",
     }
     process = subprocess.Popen(
-        [sys.executable, "-m", "services.bridge.main"],
+        [sys.executable, "-m", "reachstore_server.bridge.main"],
         cwd=REPO,
         env=env,
         stdout=subprocess.DEVNULL,

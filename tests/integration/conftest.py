@@ -9,9 +9,9 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import Engine
 
-from services.reach.store import ReachStore
-from services.storage.engine import make_engine, make_sessions
-from services.storage.schema import migrate_to_head
+from reachstore_server.reach.store import ReachStore
+from reachstore_server.storage.engine import make_engine, make_sessions
+from reachstore_server.storage.schema import migrate_to_head
 
 
 @pytest.fixture

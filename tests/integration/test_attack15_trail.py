@@ -17,14 +17,14 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, Engine, text
 
-from services.audit.chain import canonical_json, event_hash
-from services.audit.checkpointing import Checkpointer
-from services.audit.store import AuditStore
-from services.audit.verify import CADENCE_GAP, Cadence, Report
-from services.audit.verify_settings import Verifier
-from services.audit.witness import Delivery, FileWitness
-from services.storage.engine import make_engine, make_sessions
-from services.storage.schema import migrate_to_head
+from reachstore_server.audit.chain import canonical_json, event_hash
+from reachstore_server.audit.checkpointing import Checkpointer
+from reachstore_server.audit.store import AuditStore
+from reachstore_server.audit.verify import CADENCE_GAP, Cadence, Report
+from reachstore_server.audit.verify_settings import Verifier
+from reachstore_server.audit.witness import Delivery, FileWitness
+from reachstore_server.storage.engine import make_engine, make_sessions
+from reachstore_server.storage.schema import migrate_to_head
 from tests.integration.test_audit_tamper import chain_rows, drop_append_only_triggers, set_head
 from tests.integration.test_audit_witness import INTERVAL_S, KEY, KEYS, fresh_events
 

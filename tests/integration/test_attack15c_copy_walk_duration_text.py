@@ -1,5 +1,5 @@
-"""Attack 15c: the COPY walk (``services/audit/copy_walk.py``) hashes ``duration_ms`` from
-its text, whatever the column now is; the canonical hash (``services/audit/chain.py``)
+"""Attack 15c: the COPY walk (``reachstore_server/audit/copy_walk.py``) hashes ``duration_ms`` from
+its text, whatever the column now is; the canonical hash (``reachstore_server/audit/chain.py``)
 hashes the value the database returns, and a text value is hashed as a JSON string.
 
 Whoever can alter the table changes ``duration_ms`` to a text column. Then:
@@ -25,12 +25,12 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import Engine, text
 
-from services.audit.chain import canonical_json
-from services.audit.signing import CheckpointKeys, PrivateKey
-from services.audit.store import AuditStore
-from services.audit.verify import EDITED
-from services.storage.engine import make_engine, make_sessions
-from services.storage.schema import migrate_to_head
+from reachstore_server.audit.chain import canonical_json
+from reachstore_server.audit.signing import CheckpointKeys, PrivateKey
+from reachstore_server.audit.store import AuditStore
+from reachstore_server.audit.verify import EDITED
+from reachstore_server.storage.engine import make_engine, make_sessions
+from reachstore_server.storage.schema import migrate_to_head
 from tests.integration.test_audit_tamper import audit_event, drop_append_only_triggers
 
 KEY = PrivateKey.generate()

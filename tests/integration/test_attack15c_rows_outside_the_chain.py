@@ -32,14 +32,14 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, text
 
-from services.audit.checkpointing import Checkpointer
-from services.audit.signing import CheckpointKeys, PrivateKey
-from services.audit.store import VERIFY_PAGE, AuditStore, EventFilter
-from services.audit.verify import Cadence, Report
-from services.audit.verify_settings import Verifier
-from services.audit.witness import Delivery, FileWitness
-from services.storage.engine import make_engine, make_sessions
-from services.storage.schema import migrate_to_head
+from reachstore_server.audit.checkpointing import Checkpointer
+from reachstore_server.audit.signing import CheckpointKeys, PrivateKey
+from reachstore_server.audit.store import VERIFY_PAGE, AuditStore, EventFilter
+from reachstore_server.audit.verify import Cadence, Report
+from reachstore_server.audit.verify_settings import Verifier
+from reachstore_server.audit.witness import Delivery, FileWitness
+from reachstore_server.storage.engine import make_engine, make_sessions
+from reachstore_server.storage.schema import migrate_to_head
 from tests.integration.test_audit_tamper import audit_event, drop_append_only_triggers
 
 KEY = PrivateKey.generate()

@@ -19,8 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-from services.storage.engine import make_engine
-from services.storage.schema import migrate_to_head
+from reachstore_server.storage.engine import make_engine
+from reachstore_server.storage.schema import migrate_to_head
 
 ROOT = Path(__file__).resolve().parents[2]
 PROCESSES = 4
@@ -30,9 +30,9 @@ RATE, BURST = 10.0, 10
 
 WORKER = """
 import json, logging, sys, threading, time
-from services.common.limits import Limits
-from services.storage.engine import make_engine, make_sessions
-from services.storage.rate_buckets import fleet_limiter
+from reachstore_server.common.limits import Limits
+from reachstore_server.storage.engine import make_engine, make_sessions
+from reachstore_server.storage.rate_buckets import fleet_limiter
 
 url, start, seconds, threads, rate, burst = sys.argv[1:7]
 start, seconds = float(start), float(seconds)
@@ -40,7 +40,7 @@ fallbacks = []
 class Count(logging.Handler):
     def emit(self, record):
         fallbacks.append(record.getMessage())
-logging.getLogger("services.common.limits").addHandler(Count())
+logging.getLogger("reachstore_server.common.limits").addHandler(Count())
 limits = Limits(key_query_rate=float(rate), key_query_burst=int(burst), tenant_query_rate=0)
 limiter = fleet_limiter(limits, make_sessions(make_engine(url)))
 granted = [0] * int(threads)

@@ -1,4 +1,4 @@
-"""The COPY walk of a chain on PostgreSQL (``services/audit/copy_walk.py``) against the
+"""The COPY walk of a chain on PostgreSQL (``reachstore_server/audit/copy_walk.py``) against the
 walk over plain rows: on values COPY escapes, JSON escapes, both or neither, and on a
 NULL someone wrote into the table, both must agree on every event: what passes, what each
 stretch's edges and kept hashes are, and where a change breaks the chain.
@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, text
 
-from services.audit.chain import event_hash
-from services.audit.copy_walk import copy_walk
-from services.audit.store import AuditStore
-from services.audit.verify import EDITED, Stops, quick_walk
-from services.storage.engine import make_engine, make_sessions
-from services.storage.schema import migrate_to_head
+from reachstore_server.audit.chain import event_hash
+from reachstore_server.audit.copy_walk import copy_walk
+from reachstore_server.audit.store import AuditStore
+from reachstore_server.audit.verify import EDITED, Stops, quick_walk
+from reachstore_server.storage.engine import make_engine, make_sessions
+from reachstore_server.storage.schema import migrate_to_head
 from tests.integration.test_audit_tamper import (
     KEY,
     KEYS,

@@ -8,12 +8,12 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from services.audit_client import outbox
-from services.audit_client.calls import CallAuditor, service_label
-from services.storage.audit_models import AuditOutboxRow
-from services.storage.engine import make_engine, make_sessions
-from services.storage.keys import KeySpec, KeyStore
-from services.storage.schema import migrate_to_head
+from reachstore_server.audit_client import outbox
+from reachstore_server.audit_client.calls import CallAuditor, service_label
+from reachstore_server.storage.audit_models import AuditOutboxRow
+from reachstore_server.storage.engine import make_engine, make_sessions
+from reachstore_server.storage.keys import KeySpec, KeyStore
+from reachstore_server.storage.schema import migrate_to_head
 
 
 @pytest.fixture
@@ -70,7 +70,7 @@ def test_without_a_draft_nothing_is_recorded(sessions: sessionmaker[Session]) ->
 
 
 def test_reads_are_audited_only_when_asked(sessions: sessionmaker[Session]) -> None:
-    from services.common.pii import Masker
+    from reachstore_server.common.pii import Masker
 
     quiet = CallAuditor(sessions, Masker(b"x" * 16), audit_reads=False)
     loud = CallAuditor(sessions, Masker(b"x" * 16), audit_reads=True)

@@ -25,12 +25,12 @@ import pytest
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError
 
-from services.audit import parallel_walk
-from services.audit.appending import Appender
-from services.audit.chain import HASHED_FIELDS, canonical_json, event_hash
-from services.audit.signing import CheckpointKeys, PrivateKey
-from services.audit.store import AuditStore
-from services.audit.verify import (
+from reachstore_server.audit import parallel_walk
+from reachstore_server.audit.appending import Appender
+from reachstore_server.audit.chain import HASHED_FIELDS, canonical_json, event_hash
+from reachstore_server.audit.signing import CheckpointKeys, PrivateKey
+from reachstore_server.audit.store import AuditStore
+from reachstore_server.audit.verify import (
     DELETED,
     EDITED,
     FORGED_CHECKPOINT,
@@ -40,8 +40,8 @@ from services.audit.verify import (
     TRUNCATED,
     Report,
 )
-from services.storage.engine import make_engine, make_sessions
-from services.storage.schema import migrate_to_head
+from reachstore_server.storage.engine import make_engine, make_sessions
+from reachstore_server.storage.schema import migrate_to_head
 
 KEY = PrivateKey.generate()
 KEYS = CheckpointKeys(KEY.public)
@@ -114,7 +114,7 @@ class Trail:
 @pytest.fixture(autouse=True, params=["one-process", "parallel"])
 def walk(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Every check both ways: walked in this process, and in worker processes that each
-    walk a stretch (``services/audit/parallel_walk.py``), which must find and name the
+    walk a stretch (``reachstore_server/audit/parallel_walk.py``), which must find and name the
     same breaks."""
     if request.param == "parallel":
         monkeypatch.setenv("REACHSTORE_AUDIT_VERIFY_PARALLEL_MIN", "1")

@@ -25,11 +25,11 @@ import httpx
 import pytest
 from sqlalchemy import Connection, Engine, text
 
-from services.audit.chain import Signer, canonical_json, event_hash
-from services.audit.checkpointing import Checkpointer
-from services.audit.signing import CheckpointKeys, PrivateKey
-from services.audit.store import AuditStore
-from services.audit.verify import (
+from reachstore_server.audit.chain import Signer, canonical_json, event_hash
+from reachstore_server.audit.checkpointing import Checkpointer
+from reachstore_server.audit.signing import CheckpointKeys, PrivateKey
+from reachstore_server.audit.store import AuditStore
+from reachstore_server.audit.verify import (
     CADENCE_GAP,
     CHECKPOINT_MISSING,
     FORGED_CHECKPOINT,
@@ -39,10 +39,10 @@ from services.audit.verify import (
     Cadence,
     Report,
 )
-from services.audit.verify_settings import WITNESS_BROKEN, Verifier
-from services.audit.witness import Delivery, FileWitness, HttpWitness, Witness
-from services.storage.engine import make_engine, make_sessions
-from services.storage.schema import migrate_to_head
+from reachstore_server.audit.verify_settings import WITNESS_BROKEN, Verifier
+from reachstore_server.audit.witness import Delivery, FileWitness, HttpWitness, Witness
+from reachstore_server.storage.engine import make_engine, make_sessions
+from reachstore_server.storage.schema import migrate_to_head
 from tests.integration.test_audit_tamper import (
     audit_event,
     chain_rows,
@@ -84,7 +84,7 @@ class Witnessed:
 @pytest.fixture(autouse=True, params=["one-process", "parallel"])
 def walk(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Every check both ways: walked in this process, and in worker processes that each
-    walk a stretch (``services/audit/parallel_walk.py``), which must find and name the
+    walk a stretch (``reachstore_server/audit/parallel_walk.py``), which must find and name the
     same breaks."""
     if request.param == "parallel":
         monkeypatch.setenv("REACHSTORE_AUDIT_VERIFY_PARALLEL_MIN", "1")

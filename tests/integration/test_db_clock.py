@@ -15,15 +15,15 @@ import time
 
 import pytest
 
-from services.storage.clock import db_clock
-from services.storage.engine import make_engine, make_sessions
-from services.storage.schema import migrate_to_head
+from reachstore_server.storage.clock import db_clock
+from reachstore_server.storage.engine import make_engine, make_sessions
+from reachstore_server.storage.schema import migrate_to_head
 from tests.e2e.processes import ROOT
 
 READ_CLOCK = """
 import json, sys, time
-from services.storage.clock import db_clock
-from services.storage.engine import make_engine, make_sessions
+from reachstore_server.storage.clock import db_clock
+from reachstore_server.storage.engine import make_engine, make_sessions
 sessions = make_sessions(make_engine(sys.argv[1]))
 with sessions() as session:
     print(json.dumps({"wall": time.time(), "db": db_clock(session)}))

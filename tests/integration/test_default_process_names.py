@@ -11,10 +11,10 @@ import pytest
 import sqlalchemy
 from sqlalchemy.orm import sessionmaker
 
-from services.common.config import PROCESS_NAME_CHARS, process_name
-from services.storage.engine import make_engine
-from services.storage.schema import migrate_to_head
-from services.storage.tasks import NewTask, TaskStore
+from reachstore_server.common.config import PROCESS_NAME_CHARS, process_name
+from reachstore_server.storage.engine import make_engine
+from reachstore_server.storage.schema import migrate_to_head
+from reachstore_server.storage.tasks import NewTask, TaskStore
 
 # A common cloud default: 46 characters.
 LONG_HOST = "ip-172-31-16-100.eu-central-1.compute.internal"

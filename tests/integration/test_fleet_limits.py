@@ -1,6 +1,6 @@
 """Call rates held for the whole deployment: several limiters on one real database, as
-several processes would run them (``services/storage/rate_buckets.py``,
-``services/common/limits.py`` ``FleetLimiter``). Each limiter is what one process holds;
+several processes would run them (``reachstore_server/storage/rate_buckets.py``,
+``reachstore_server/common/limits.py`` ``FleetLimiter``). Each limiter is what one process holds;
 the threads stand for that process's concurrent calls."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import time
 import sqlalchemy
 from sqlalchemy import text
 
-from services.common.limits import Limits, RequestLimiter
-from services.storage.engine import make_engine, make_sessions
-from services.storage.rate_buckets import fleet_limiter
+from reachstore_server.common.limits import Limits, RequestLimiter
+from reachstore_server.storage.engine import make_engine, make_sessions
+from reachstore_server.storage.rate_buckets import fleet_limiter
 
 RATE, BURST = 20.0, 10
 LIMITS = Limits(key_query_rate=RATE, key_query_burst=BURST, tenant_query_rate=0)

@@ -1,4 +1,4 @@
-"""The embedder's forked copies (``services/embedding/forked.py``) as processes: a real
+"""The embedder's forked copies (``reachstore_server/embedding/forked.py``) as processes: a real
 parent started with ``python``, its copies found in /proc, the parent killed with SIGKILL.
 The copies must not outlive it (a copy waiting forever on a pipe it holds open itself
 would keep a dead ingest process's output, and its memory, alive)."""
@@ -19,7 +19,7 @@ PARENT = textwrap.dedent(
     """
     import sys, time
     import numpy as np
-    from services.embedding.forked import ForkedEmbedders
+    from reachstore_server.embedding.forked import ForkedEmbedders
 
     class Lengths:
         # Stands in for the model: the process tree is what is under test here.

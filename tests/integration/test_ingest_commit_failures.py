@@ -12,14 +12,14 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy
 
-from services.embedding import UsemEmbedder
-from services.ingest.domain.chunking import chunk_text
-from services.ingest.worker import IngestWorker
-from services.storage import tasks as states
-from services.storage.engine import make_engine, make_sessions
-from services.storage.repository import SemanticStore
-from services.storage.schema import migrate_to_head
-from services.storage.tasks import NewTask, TaskStore
+from reachstore_server.embedding import UsemEmbedder
+from reachstore_server.ingest.domain.chunking import chunk_text
+from reachstore_server.ingest.worker import IngestWorker
+from reachstore_server.storage import tasks as states
+from reachstore_server.storage.engine import make_engine, make_sessions
+from reachstore_server.storage.repository import SemanticStore
+from reachstore_server.storage.schema import migrate_to_head
+from reachstore_server.storage.tasks import NewTask, TaskStore
 
 TENANT = "t"
 REFUSED = "d-refused"

@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 from sqlalchemy import update
 
-from services.embedding import UsemEmbedder
-from services.ingest.worker import IngestWorker
-from services.storage import tasks as states
-from services.storage.engine import make_engine, make_sessions
-from services.storage.models import TaskRow
-from services.storage.repository import SemanticStore
-from services.storage.schema import migrate_to_head
-from services.storage.tasks import NewTask, TaskStore, db_now
+from reachstore_server.embedding import UsemEmbedder
+from reachstore_server.ingest.worker import IngestWorker
+from reachstore_server.storage import tasks as states
+from reachstore_server.storage.engine import make_engine, make_sessions
+from reachstore_server.storage.models import TaskRow
+from reachstore_server.storage.repository import SemanticStore
+from reachstore_server.storage.schema import migrate_to_head
+from reachstore_server.storage.tasks import NewTask, TaskStore, db_now
 
 TENANT = "t"
 HOLDER = "ingest-test"

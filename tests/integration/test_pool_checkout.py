@@ -1,7 +1,7 @@
 """A pooled PostgreSQL connection whose server side has gone (the server restarted, an
 administrator terminated the backend) is replaced at checkout, so the first call after
 the database returns does not fail — without a round trip to the server on every
-checkout (``services/storage/engine.py``)."""
+checkout (``reachstore_server/storage/engine.py``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy
 from sqlalchemy import text
 
-from services.storage.engine import make_engine
+from reachstore_server.storage.engine import make_engine
 
 
 @pytest.fixture

@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 
 from reachstore.query.v1 import query_service_pb2 as pb
-from services.embedding import UsemEmbedder
-from services.ingest.worker import IngestWorker
-from services.query.api.servicer import QueryServicer
-from services.query.indexes import IndexManager
-from services.storage.engine import make_engine, make_sessions
-from services.storage.repository import SemanticStore
-from services.storage.schema import migrate_to_head
-from services.storage.tasks import NewTask, TaskStore
+from reachstore_server.embedding import UsemEmbedder
+from reachstore_server.ingest.worker import IngestWorker
+from reachstore_server.query.api.servicer import QueryServicer
+from reachstore_server.query.indexes import IndexManager
+from reachstore_server.storage.engine import make_engine, make_sessions
+from reachstore_server.storage.repository import SemanticStore
+from reachstore_server.storage.schema import migrate_to_head
+from reachstore_server.storage.tasks import NewTask, TaskStore
 
 TENANT = "default"
 

@@ -10,12 +10,12 @@ import time
 from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine, insert, update
 
-from services.audit_client.outbox_metrics import OutboxGauges
-from services.ingest.metrics import QueueGauges
-from services.storage.audit_models import AuditOutboxRow
-from services.storage.engine import make_sessions
-from services.storage.models import TaskRow
-from services.storage.tasks import NewTask, TaskStore
+from reachstore_server.audit_client.outbox_metrics import OutboxGauges
+from reachstore_server.ingest.metrics import QueueGauges
+from reachstore_server.storage.audit_models import AuditOutboxRow
+from reachstore_server.storage.engine import make_sessions
+from reachstore_server.storage.models import TaskRow
+from reachstore_server.storage.tasks import NewTask, TaskStore
 
 
 def _registry(collector: object) -> CollectorRegistry:

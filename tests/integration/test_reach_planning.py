@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from services.common import errors
-from services.common.auth import Caller
-from services.reach.channels import build_channel
-from services.reach.config import ReachConfig, load_config, parse_config
-from services.reach.idempotency import KeySecrets, entity_part, legacy_key
-from services.reach.planning import ActionSpec, TaskSpec, plan_task
-from services.reach.store import ActionPlan, ReachStore, TaskPlan
+from reachstore_server.common import errors
+from reachstore_server.common.auth import Caller
+from reachstore_server.reach.channels import build_channel
+from reachstore_server.reach.config import ReachConfig, load_config, parse_config
+from reachstore_server.reach.idempotency import KeySecrets, entity_part, legacy_key
+from reachstore_server.reach.planning import ActionSpec, TaskSpec, plan_task
+from reachstore_server.reach.store import ActionPlan, ReachStore, TaskPlan
 
 CALLER = Caller("acme", "k1", frozenset({"reach"}), groups=("ops",))
 SECRET = b"planning-test-key-secret-0001"

@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterator
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from services.reach.shared_bucket import SharedTokenBucket
-from services.storage.engine import make_engine, make_sessions
-from services.storage.schema import migrate_to_head
+from reachstore_server.reach.shared_bucket import SharedTokenBucket
+from reachstore_server.storage.engine import make_engine, make_sessions
+from reachstore_server.storage.schema import migrate_to_head
 
 
 class Clock:

@@ -10,11 +10,11 @@ import time
 
 import pytest
 
-from services.common import errors
-from services.reach import states as st
-from services.reach.store import ActionPlan, Change, ReachStore, Receipt, TaskPlan
-from services.storage.clock import db_clock
-from services.storage.reach_models import ReachActionRow
+from reachstore_server.common import errors
+from reachstore_server.reach import states as st
+from reachstore_server.reach.store import ActionPlan, Change, ReachStore, Receipt, TaskPlan
+from reachstore_server.storage.clock import db_clock
+from reachstore_server.storage.reach_models import ReachActionRow
 
 
 def _action(name: str, key: str, depends_on: tuple[str, ...] = (), required: bool = True):  # type: ignore[no-untyped-def]

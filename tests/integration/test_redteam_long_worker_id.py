@@ -12,7 +12,7 @@ it, so it is sent again; a stale mark even passes ``live_lease`` on the lease th
 owner renewed. The documented rule "``settle`` only changes a row that still carries that
 token, so a worker that lost its lease ... cannot overwrite newer news" is gone.
 
-Nothing in the configuration refuses such an id (``services/common/config.py``).
+Nothing in the configuration refuses such an id (``reachstore_server/common/config.py``).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import time
 
 import pytest
 
-from services.reach import states as st
-from services.reach.store import ActionPlan, Change, ReachStore, TaskPlan
+from reachstore_server.reach import states as st
+from reachstore_server.reach.store import ActionPlan, Change, ReachStore, TaskPlan
 
 # A Kubernetes-style name: 63 characters is the usual limit of a DNS label.
 LONG_ID = "reachstore-reach-production-eu-west-1-blue-7d9f8b6c5d-x2k9p-abc"

@@ -18,12 +18,12 @@ from __future__ import annotations
 import datetime as dt
 import unicodedata
 
-from services.common.auth import Caller
-from services.reach.channels import build_channel
-from services.reach.config import parse_config
-from services.reach.idempotency import KeySecrets
-from services.reach.planning import ActionSpec, TaskSpec, plan_task
-from services.reach.store import ReachStore
+from reachstore_server.common.auth import Caller
+from reachstore_server.reach.channels import build_channel
+from reachstore_server.reach.config import parse_config
+from reachstore_server.reach.idempotency import KeySecrets
+from reachstore_server.reach.planning import ActionSpec, TaskSpec, plan_task
+from reachstore_server.reach.store import ReachStore
 
 CALLER = Caller("acme", "k1", frozenset({"reach"}))
 NOW = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)

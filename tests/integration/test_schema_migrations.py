@@ -18,9 +18,9 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Column, Integer, MetaData, exc, text
 
-from services.storage.engine import make_engine
-from services.storage.models import Base
-from services.storage.schema import COMPARE, LOCK_KEY, head_revision, migrate_to_head
+from reachstore_server.storage.engine import make_engine
+from reachstore_server.storage.models import Base
+from reachstore_server.storage.schema import COMPARE, LOCK_KEY, head_revision, migrate_to_head
 from tests.conftest import PG_ADMIN_URL
 from tests.e2e.system import start_service_once
 
@@ -31,7 +31,7 @@ COMPONENTS = ("query", "ingest", "reach", "audit")
 
 def _migrate(url: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "services.cli", "migrate", "--database-url", url],
+        [sys.executable, "-m", "reachstore_server.cli", "migrate", "--database-url", url],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -159,7 +159,7 @@ def test_a_database_at_head_is_what_the_models_declare(database_url: str) -> Non
 
 
 def _migrations_at_once(url: str, count: int) -> list[subprocess.Popen[str]]:
-    command = [sys.executable, "-m", "services.cli", "migrate", "--database-url", url]
+    command = [sys.executable, "-m", "reachstore_server.cli", "migrate", "--database-url", url]
     return [
         subprocess.Popen(
             command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -275,7 +275,7 @@ def test_migrate_and_keys_refuse_a_database_a_newer_release_migrated(tmp_path: P
         ["keys", "list", "--data-dir", str(tmp_path)],
     ):
         done = subprocess.run(
-            [sys.executable, "-m", "services.cli", *command],
+            [sys.executable, "-m", "reachstore_server.cli", *command],
             cwd=ROOT,
             capture_output=True,
             text=True,

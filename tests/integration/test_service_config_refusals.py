@@ -1,5 +1,5 @@
 """A service started with a setting missing or wrong refuses to start the way it refuses
-an old schema (services/storage/schema.py): exit status 2 and one line on stderr naming
+an old schema (reachstore_server/storage/schema.py): exit status 2 and one line on stderr naming
 the variable and the rule, no traceback. An operator's mistake is not a crash."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from services.storage.engine import make_engine
-from services.storage.schema import migrate_to_head
+from reachstore_server.storage.engine import make_engine
+from reachstore_server.storage.schema import migrate_to_head
 from tests.e2e.system import start_service_once
 
 pytestmark = pytest.mark.e2e

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from services.storage.engine import make_engine, make_sessions
-from services.storage.repository import ChunkData, NamespaceExists, SemanticStore
-from services.storage.schema import migrate_to_head
+from reachstore_server.storage.engine import make_engine, make_sessions
+from reachstore_server.storage.repository import ChunkData, NamespaceExists, SemanticStore
+from reachstore_server.storage.schema import migrate_to_head
 
 MODEL = "test-model"
 
@@ -145,7 +145,7 @@ def test_columns_added_since_a_database_was_made_are_added_in_place(database_url
     channel and group columns, existing keys read as 'no restriction'."""
     from sqlalchemy import text
 
-    from services.storage.keys import KeyStore
+    from reachstore_server.storage.keys import KeyStore
 
     engine = make_engine(database_url)
     try:

@@ -10,11 +10,11 @@ import time
 import pytest
 from sqlalchemy import Engine, text, update
 
-from services.storage import tasks as states
-from services.storage.engine import make_engine, make_sessions
-from services.storage.models import TaskRow
-from services.storage.schema import migrate_to_head
-from services.storage.tasks import NewTask, TaskStore, db_now
+from reachstore_server.storage import tasks as states
+from reachstore_server.storage.engine import make_engine, make_sessions
+from reachstore_server.storage.models import TaskRow
+from reachstore_server.storage.schema import migrate_to_head
+from reachstore_server.storage.tasks import NewTask, TaskStore, db_now
 
 TENANT = "t"
 

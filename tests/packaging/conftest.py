@@ -11,7 +11,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 SDK_DIR = REPO / "clients" / "python"
 # The import name of the server distribution's top-level package.
-SERVER_PACKAGE = "services"
+SERVER_PACKAGE = "reachstore_server"
 
 
 def build_wheel(source: Path, out: Path) -> Path:

@@ -7,7 +7,7 @@ import hashlib
 import numpy as np
 import pytest
 
-from services.query.index import ChunkRecord, configure_threads
+from reachstore_server.query.index import ChunkRecord, configure_threads
 
 DIM = 512
 

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from services.query.index import CancelToken, DenseIndex, SearchCancelled
+from reachstore_server.query.index import CancelToken, DenseIndex, SearchCancelled
 
 from .conftest import DIM, unit_vectors
 

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from services.query.index import CancelToken, LexicalIndex, SearchCancelled
+from reachstore_server.query.index import CancelToken, LexicalIndex, SearchCancelled
 
 DOCS = {
     1: "the quick brown fox jumps over the lazy dog",

@@ -1,4 +1,4 @@
-from services.query.index import Hit, merge_hits
+from reachstore_server.query.index import Hit, merge_hits
 
 
 def hit(cid: int, score: float, content_hash: str | None = None) -> Hit:

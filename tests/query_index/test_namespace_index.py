@@ -3,7 +3,7 @@ import threading
 import numpy as np
 import pytest
 
-from services.query.index import CancelToken, NamespaceIndex, SearchCancelled
+from reachstore_server.query.index import CancelToken, NamespaceIndex, SearchCancelled
 
 from .conftest import DIM, chunk, unit_vectors
 

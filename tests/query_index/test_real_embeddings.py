@@ -2,7 +2,7 @@
 
 import pytest
 
-from services.query.index import NamespaceIndex, merge_hits
+from reachstore_server.query.index import NamespaceIndex, merge_hits
 
 from .conftest import DIM, chunk
 

@@ -6,13 +6,13 @@ import struct
 import numpy as np
 import pytest
 
-from services.query.index import (
+from reachstore_server.query.index import (
     NamespaceIndex,
     SnapshotCorrupt,
     read_snapshot_file,
     write_snapshot_file,
 )
-from services.query.index.snapshot import MAGIC
+from reachstore_server.query.index.snapshot import MAGIC
 
 from .conftest import DIM, chunk, unit_vectors
 

@@ -1,4 +1,4 @@
-from services.query.index.tokenize import tokenize
+from reachstore_server.query.index.tokenize import tokenize
 
 
 def test_latin_words_are_casefolded_and_punctuation_is_dropped():

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from services.reach.channels.base import Outgoing
+from reachstore_server.reach.channels.base import Outgoing
 
 from .peers import (
     GrpcReceiver,

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from services.common.config_errors import ConfigError
-from services.common.tls import TlsFiles
-from services.reach.channels import (
+from reachstore_server.common.config_errors import ConfigError
+from reachstore_server.common.tls import TlsFiles
+from reachstore_server.reach.channels import (
     EmailChannel,
     EmailOptions,
     GrpcCallChannel,
@@ -20,7 +20,7 @@ from services.reach.channels import (
     WebhookOptions,
     build_channel,
 )
-from services.reach.channels.webhook_signing import WebhookSigner
+from reachstore_server.reach.channels.webhook_signing import WebhookSigner
 
 WHERE = "channels.out"
 NEW_KEY, OLD_KEY = b"n" * 32, b"o" * 24
@@ -264,7 +264,7 @@ def test_a_signing_secret_never_shows_in_the_error_about_it() -> None:
 def test_a_webhook_without_a_signing_secret_is_unsigned_and_warned_about_by_name(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="services.reach.channels.webhook"):
+    with caplog.at_level(logging.WARNING, logger="reachstore_server.reach.channels.webhook"):
         hook = build_channel("webhook", HOOK, WHERE, ENV)
         signed = build_channel("webhook", {**HOOK, "signing_secret_env": "SIGNING"}, "x.y", ENV)
 

@@ -8,10 +8,16 @@ from typing import Any
 
 import pytest
 
-from services.common.config_errors import ConfigError
-from services.reach.channels import build_channel
-from services.reach.channels.base import Answer, ChannelError, InvalidParams, Outgoing, Status
-from services.reach.channels.email import EmailChannel, message_id
+from reachstore_server.common.config_errors import ConfigError
+from reachstore_server.reach.channels import build_channel
+from reachstore_server.reach.channels.base import (
+    Answer,
+    ChannelError,
+    InvalidParams,
+    Outgoing,
+    Status,
+)
+from reachstore_server.reach.channels.email import EmailChannel, message_id
 
 from .conftest import make_action
 from .peers import SmtpReceiver

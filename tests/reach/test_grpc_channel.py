@@ -11,10 +11,16 @@ from typing import Any, TypeVar
 
 import pytest
 
-from services.common.config_errors import ConfigError
-from services.reach.channels import build_channel
-from services.reach.channels.base import Answer, ChannelError, InvalidParams, Outgoing, Status
-from services.reach.channels.grpc_call import GrpcCallChannel
+from reachstore_server.common.config_errors import ConfigError
+from reachstore_server.reach.channels import build_channel
+from reachstore_server.reach.channels.base import (
+    Answer,
+    ChannelError,
+    InvalidParams,
+    Outgoing,
+    Status,
+)
+from reachstore_server.reach.channels.grpc_call import GrpcCallChannel
 from tests.e2e.tls_certs import CertSet, write_cert_set
 
 from .conftest import make_action

@@ -9,10 +9,10 @@ import re
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from services.common import otel
-from services.reach.channels import build_channel
-from services.reach.channels.base import Answer, Status
-from services.reach.channels.grpc_call import GrpcCallChannel
+from reachstore_server.common import otel
+from reachstore_server.reach.channels import build_channel
+from reachstore_server.reach.channels.base import Answer, Status
+from reachstore_server.reach.channels.grpc_call import GrpcCallChannel
 
 from .conftest import make_action
 from .peers import ASSIGN_METHOD, GrpcReceiver
@@ -32,7 +32,7 @@ def test_the_receiver_s_traceparent_names_an_exported_span_of_the_action_s_trace
         channel = build_channel("grpc", table, "channels.tickets", {})
         assert isinstance(channel, GrpcCallChannel)
         try:
-            # The executor wraps each step this way (services/reach/executor.py).
+            # The executor wraps each step this way (reachstore_server/reach/executor.py).
             with otel.action_span("reach.action pending", "task-7", action.trace_id, {}):
                 return await channel.submit(action)
         finally:

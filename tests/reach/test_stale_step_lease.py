@@ -24,16 +24,16 @@ import pytest
 import sqlalchemy
 from prometheus_client import CollectorRegistry
 
-from services.common.pii import Masker
-from services.reach import states as st
-from services.reach.config import load_config
-from services.reach.executor import Executor
-from services.reach.main import build_channels
-from services.reach.metrics import ReachMetrics
-from services.reach.store import ActionPlan, Change, Claim, ReachStore, TaskPlan
-from services.reach.watch import TaskChanges
-from services.storage.engine import make_engine, make_sessions
-from services.storage.schema import migrate_to_head
+from reachstore_server.common.pii import Masker
+from reachstore_server.reach import states as st
+from reachstore_server.reach.config import load_config
+from reachstore_server.reach.executor import Executor
+from reachstore_server.reach.main import build_channels
+from reachstore_server.reach.metrics import ReachMetrics
+from reachstore_server.reach.store import ActionPlan, Change, Claim, ReachStore, TaskPlan
+from reachstore_server.reach.watch import TaskChanges
+from reachstore_server.storage.engine import make_engine, make_sessions
+from reachstore_server.storage.schema import migrate_to_head
 from tests.e2e.test_reach_crash import PG_MARKED, PLAIN, write_config
 from tests.reach.peers import HttpReceiver
 

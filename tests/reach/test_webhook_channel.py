@@ -11,10 +11,16 @@ from typing import Any, TypeVar
 
 import pytest
 
-from services.reach.channels import build_channel
-from services.reach.channels.base import Answer, ChannelError, InvalidParams, Outgoing, Status
-from services.reach.channels.http_dates import retry_after_seconds
-from services.reach.channels.webhook import WebhookChannel, WebhookOptions
+from reachstore_server.reach.channels import build_channel
+from reachstore_server.reach.channels.base import (
+    Answer,
+    ChannelError,
+    InvalidParams,
+    Outgoing,
+    Status,
+)
+from reachstore_server.reach.channels.http_dates import retry_after_seconds
+from reachstore_server.reach.channels.webhook import WebhookChannel, WebhookOptions
 
 from .conftest import make_action
 from .peers import HttpReceiver, http_date, remote_script, remote_stats

@@ -13,9 +13,9 @@ import httpx
 import pytest
 import standardwebhooks
 
-from services.reach.channels import build_channel
-from services.reach.channels.base import Answer, ChannelError, Outgoing, Status
-from services.reach.channels.webhook import WebhookChannel
+from reachstore_server.reach.channels import build_channel
+from reachstore_server.reach.channels.base import Answer, ChannelError, Outgoing, Status
+from reachstore_server.reach.channels.webhook import WebhookChannel
 
 from .conftest import make_action
 from .peers import VerifyingReceiver

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 import standardwebhooks
 
-from services.common.config_errors import ConfigError
-from services.reach.channels import build_channel
-from services.reach.channels.base import Answer, ChannelError, Outgoing, Status
-from services.reach.channels.webhook import WebhookChannel
-from services.reach.idempotency import build_key
+from reachstore_server.common.config_errors import ConfigError
+from reachstore_server.reach.channels import build_channel
+from reachstore_server.reach.channels.base import Answer, ChannelError, Outgoing, Status
+from reachstore_server.reach.channels.webhook import WebhookChannel
+from reachstore_server.reach.idempotency import build_key
 
 from .conftest import make_action
 from .peers import VerifyingReceiver

@@ -1,4 +1,4 @@
-"""The real REST bridge (``services.bridge``) served by uvicorn in front of a test gRPC
+"""The real REST bridge (``reachstore_server.bridge``) served by uvicorn in front of a test gRPC
 server, so the SDK's REST transport is tested against the actual HTTP surface rather
 than a copy of it.
 
@@ -17,9 +17,9 @@ from typing import Any
 import httpx
 import uvicorn
 
-from services.bridge.app import create_app
-from services.bridge.main import bind_socket, uvicorn_config
-from services.common.config import Settings
+from reachstore_server.bridge.app import create_app
+from reachstore_server.bridge.main import bind_socket, uvicorn_config
+from reachstore_server.common.config import Settings
 
 
 class LoopThread:

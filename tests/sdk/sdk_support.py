@@ -2,7 +2,7 @@
 them, and small QueryService / IngestService / ReachService servicers for a real
 in-process gRPC server.
 
-Deliberately independent of ``services.*``: the servicers script their answers so each
+Deliberately independent of ``reachstore_server.*``: the servicers script their answers so each
 test can check exactly what crossed the wire.
 """
 

@@ -31,7 +31,7 @@ def test_killing_a_query_replica_fails_no_sdk_call(tmp_path: Path) -> None:
         "REACHSTORE_PII_SECRET": "sdk-replica-tests-pii-secret",
     }
     ingest = ServiceProcess(
-        "services.ingest.main",
+        "reachstore_server.ingest.main",
         "reachstore.ingest.v1.IngestService",
         tmp_path,
         "ingest",
@@ -40,7 +40,7 @@ def test_killing_a_query_replica_fails_no_sdk_call(tmp_path: Path) -> None:
     metrics = [ServiceProcess.free_port() for _ in range(2)]
     replicas = [
         ServiceProcess(
-            "services.query.main",
+            "reachstore_server.query.main",
             "reachstore.query.v1.QueryService",
             tmp_path,
             f"query-{i}",

@@ -18,10 +18,10 @@ from reachstore import InvalidArgumentError, ReachstoreError, TransientError
 from reachstore._rpc import RPCS, Rpc
 from reachstore._transport_rest import http_call, http_rule, read_response
 from reachstore.reach.v1 import reach_service_pb2 as reach_pb2
-from services.bridge import json_codec
-from services.bridge.backends import DEFAULT_SERVICES
-from services.bridge.request_builder import build_request
-from services.bridge.routes import RouteTable
+from reachstore_server.bridge import json_codec
+from reachstore_server.bridge.backends import DEFAULT_SERVICES
+from reachstore_server.bridge.request_builder import build_request
+from reachstore_server.bridge.routes import RouteTable
 
 _FD = FieldDescriptor
 TABLE = RouteTable(DEFAULT_SERVICES)

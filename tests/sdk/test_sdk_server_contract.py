@@ -26,8 +26,8 @@ from reachstore import (
 )
 from reachstore._errors import error_from_status, from_http_error
 from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
-from services.bridge import error_responses
-from services.common import errors
+from reachstore_server.bridge import error_responses
+from reachstore_server.common import errors
 
 FAMILY: dict[int, type[ReachstoreError]] = {
     pf_pb2.CATEGORY_AUTH: AuthError,

@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.audit.chain import (
+from reachstore_server.audit.chain import (
     GENESIS,
     HASHED_FIELDS,
     STORED_FIELDS,
@@ -20,7 +20,7 @@ from services.audit.chain import (
     new_event,
     values_hash,
 )
-from services.common.canonical import canonical_json
+from reachstore_server.common.canonical import canonical_json
 
 _TEXT = st.text(alphabet=st.characters(blacklist_categories=["Cs"]), max_size=30)
 

@@ -9,10 +9,10 @@ import pytest
 from google.protobuf import struct_pb2
 
 from reachstore.audit.v1 import audit_service_pb2 as pb
-from services.audit.api.intake import MAX_TIME_CHARS, new_events
-from services.audit.chain import STORED_FIELDS
-from services.common import errors
-from services.common.pii import Masker
+from reachstore_server.audit.api.intake import MAX_TIME_CHARS, new_events
+from reachstore_server.audit.chain import STORED_FIELDS
+from reachstore_server.common import errors
+from reachstore_server.common.pii import Masker
 
 MASKER = Masker(b"k" * 32, persistent=False)
 

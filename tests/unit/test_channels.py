@@ -13,9 +13,9 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from reachstore.ingest.v1 import ingest_service_pb2
 from reachstore.query.v1 import query_service_pb2
-from services.common.channels import grpc_target, service_config, split_addresses
-from services.common.config import Settings
-from services.common.config_errors import ConfigError
+from reachstore_server.common.channels import grpc_target, service_config, split_addresses
+from reachstore_server.common.config import Settings
+from reachstore_server.common.config_errors import ConfigError
 
 QUERY = query_service_pb2.DESCRIPTOR.services_by_name["QueryService"]
 INGEST = ingest_service_pb2.DESCRIPTOR.services_by_name["IngestService"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.ingest.domain.chunking import chunk_text
+from reachstore_server.ingest.domain.chunking import chunk_text
 
 
 def test_a_short_text_is_one_chunk() -> None:

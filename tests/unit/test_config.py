@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.common.config import ConfigError, Settings
+from reachstore_server.common.config import ConfigError, Settings
 
 
 def test_defaults_give_sqlite_in_the_data_dir(tmp_path) -> None:  # type: ignore[no-untyped-def]

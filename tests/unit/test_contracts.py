@@ -12,7 +12,7 @@ from reachstore.common.v1 import access_pb2, partial_failure_pb2
 from reachstore.ingest.v1 import ingest_service_pb2
 from reachstore.query.v1 import query_service_pb2
 from reachstore.reach.v1 import reach_service_pb2
-from services.common.auth import SCOPES
+from reachstore_server.common.auth import SCOPES
 
 SERVICE_FILES = [
     query_service_pb2,

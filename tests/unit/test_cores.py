@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from services.common.cores import usable_cores
+from reachstore_server.common.cores import usable_cores
 
 CPUS = len(os.sched_getaffinity(0))
 

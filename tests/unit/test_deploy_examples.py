@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 import yaml
 
-from services.bridge.backends import DEFAULT_SERVICES
-from services.cli import METRICS_PORT_OFFSETS
-from services.cli_serve import COMPONENTS
-from services.common.config import ENVIRONMENT
-from services.common.limits import ENVIRONMENT as LIMIT_SETTINGS
+from reachstore_server.bridge.backends import DEFAULT_SERVICES
+from reachstore_server.cli import METRICS_PORT_OFFSETS
+from reachstore_server.cli_serve import COMPONENTS
+from reachstore_server.common.config import ENVIRONMENT
+from reachstore_server.common.limits import ENVIRONMENT as LIMIT_SETTINGS
 
 ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = set(ENVIRONMENT) | set(LIMIT_SETTINGS)
@@ -91,9 +91,9 @@ def test_kubernetes_has_a_deployment_and_service_per_component_that_agree() -> N
         assert service_port["port"] == service_port["targetPort"] == listen
         probe = container["readinessProbe"]
         if "exec" in probe:
-            # The kubelet's own gRPC probe cannot speak TLS: services/probe.py does.
+            # The kubelet's own gRPC probe cannot speak TLS: reachstore_server/probe.py does.
             command = probe["exec"]["command"]
-            assert command[:3] == ["python", "-m", "services.probe"]
+            assert command[:3] == ["python", "-m", "reachstore_server.probe"]
             port, service, cert_name = command[3:]
             assert int(port) == listen
             assert service in SERVICE_NAMES and service.split(".")[1] == name
@@ -162,7 +162,8 @@ def test_compose_serves_and_labels_every_components_metrics_port() -> None:
         labels = service.get("labels", {})
         assert labels.get("prometheus.io/scrape") == "true", name
         assert labels.get("prometheus.io/port") == str(port), name
-        # Every component serves TLS, its metrics port too (services/common/metrics_http.py).
+        # Every component serves TLS, its metrics port too
+        # (reachstore_server/common/metrics_http.py).
         assert labels.get("prometheus.io/scheme") == "https", name
 
 

@@ -6,7 +6,7 @@ import grpc
 from google.rpc import error_details_pb2
 
 from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
-from services.common import errors
+from reachstore_server.common import errors
 
 
 def test_retryable_codes_have_a_wait_and_others_none() -> None:

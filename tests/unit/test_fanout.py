@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from services.query.fanout import FanOut
+from reachstore_server.query.fanout import FanOut
 
 
 @pytest.fixture

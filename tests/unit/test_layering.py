@@ -55,7 +55,7 @@ def _lint(packages: Path) -> tuple[int, str, dict[str, str]]:
 def packages(tmp_path: Path) -> Path:
     """A copy of the server's and the SDK's packages, found before the installed ones."""
     skip = shutil.ignore_patterns("__pycache__")
-    shutil.copytree(ROOT / "services", tmp_path / "services", ignore=skip)
+    shutil.copytree(ROOT / "reachstore_server", tmp_path / "reachstore_server", ignore=skip)
     shutil.copytree(ROOT / "clients/python/reachstore", tmp_path / "reachstore", ignore=skip)
     return tmp_path
 
@@ -75,21 +75,45 @@ def test_an_unchanged_copy_keeps_every_contract(packages: Path) -> None:
 
 VIOLATIONS = [
     # (module written into the copy, its import, the contract it breaks)
-    ("services/query/index/stray.py", "import sqlalchemy", PURE),
-    ("services/ingest/domain/stray.py", "import grpc", PURE),
-    ("services/reach/policy/stray.py", "from services.storage import reach_models", PURE),
-    ("services/reach/policy/stray.py", "from reachstore.reach.v1 import reach_service_pb2", PURE),
-    ("services/query/index/stray.py", "from google.protobuf import struct_pb2", PURE),
-    ("services/reach/stray.py", "from services.audit import store", INDEPENDENT),
-    ("services/query/stray.py", "from services.ingest import worker", INDEPENDENT),
+    ("reachstore_server/query/index/stray.py", "import sqlalchemy", PURE),
+    ("reachstore_server/ingest/domain/stray.py", "import grpc", PURE),
+    (
+        "reachstore_server/reach/policy/stray.py",
+        "from reachstore_server.storage import reach_models",
+        PURE,
+    ),
+    (
+        "reachstore_server/reach/policy/stray.py",
+        "from reachstore.reach.v1 import reach_service_pb2",
+        PURE,
+    ),
+    ("reachstore_server/query/index/stray.py", "from google.protobuf import struct_pb2", PURE),
+    ("reachstore_server/reach/stray.py", "from reachstore_server.audit import store", INDEPENDENT),
+    (
+        "reachstore_server/query/stray.py",
+        "from reachstore_server.ingest import worker",
+        INDEPENDENT,
+    ),
     # Only the ingest composition root may mount the key service.
-    ("services/ingest/stray.py", "from services.admin.api import keys", INDEPENDENT),
-    ("services/bridge/stray.py", "from services.storage import models", BRIDGE),
-    ("services/bridge/stray.py", "from services.audit_client import outbox", BRIDGE),
-    ("services/audit_client/stray.py", "from services.audit import chain", SHARED),
-    ("services/common/stray.py", "from services.reach import config", SHARED),
-    ("services/storage/stray.py", "from services import cli", SHARED),
-    ("reachstore/stray.py", "from services.common import errors", SDK),
+    (
+        "reachstore_server/ingest/stray.py",
+        "from reachstore_server.admin.api import keys",
+        INDEPENDENT,
+    ),
+    ("reachstore_server/bridge/stray.py", "from reachstore_server.storage import models", BRIDGE),
+    (
+        "reachstore_server/bridge/stray.py",
+        "from reachstore_server.audit_client import outbox",
+        BRIDGE,
+    ),
+    (
+        "reachstore_server/audit_client/stray.py",
+        "from reachstore_server.audit import chain",
+        SHARED,
+    ),
+    ("reachstore_server/common/stray.py", "from reachstore_server.reach import config", SHARED),
+    ("reachstore_server/storage/stray.py", "from reachstore_server import cli", SHARED),
+    ("reachstore/stray.py", "from reachstore_server.common import errors", SDK),
 ]
 
 

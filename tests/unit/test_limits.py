@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from services.common.config import ConfigError
-from services.common.limits import (
+from reachstore_server.common.config import ConfigError
+from reachstore_server.common.limits import (
     ENVIRONMENT,
     Limits,
     RateLimiter,

@@ -7,15 +7,15 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from services.storage.schema import MIGRATIONS
+from reachstore_server.storage.schema import MIGRATIONS
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_file_of_the_migration_environment_is_packaged() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    patterns = config["tool"]["setuptools"]["package-data"]["services"]
-    services = ROOT / "services"
+    patterns = config["tool"]["setuptools"]["package-data"]["reachstore_server"]
+    services = ROOT / "reachstore_server"
     files = [p for p in MIGRATIONS.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
     assert any(p.name == "env.py" for p in files) and any(p.suffix == ".mako" for p in files)
     for path in files:

@@ -8,7 +8,7 @@ from google.protobuf import struct_pb2
 from reachstore.ingest.v1 import ingest_service_pb2 as ingest_pb
 from reachstore.query.v1 import query_service_pb2 as query_pb
 from reachstore.reach.v1 import reach_service_pb2 as reach_pb
-from services.common import errors, nul_strings
+from reachstore_server.common import errors, nul_strings
 
 
 def _params(**values: object) -> struct_pb2.Struct:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
-from services.audit_client import outbox
-from services.audit_client.shipper import event_message
-from services.common.pii import Masker
+from reachstore_server.audit_client import outbox
+from reachstore_server.audit_client.shipper import event_message
+from reachstore_server.common.pii import Masker
 
 MASKER = Masker(b"outbox-bounds-test-secret")
 

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from services.common.patterns import covered, covers
+from reachstore_server.common.patterns import covered, covers
 
 
 @pytest.mark.parametrize(

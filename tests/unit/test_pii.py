@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from services.common.config_errors import ConfigError
-from services.common.pii import (
+from reachstore_server.common.config_errors import ConfigError
+from reachstore_server.common.pii import (
     TOKEN,
     Masker,
     bounded,
@@ -568,7 +568,7 @@ def test_a_json_answer_is_masked_field_by_field() -> None:
 def test_log_lines_are_masked_with_the_same_masker() -> None:
     import logging
 
-    from services.common.logs import JsonFormatter
+    from reachstore_server.common.logs import JsonFormatter
 
     masker = Masker(b"log-masking-secret-0")
     record = logging.LogRecord("x", logging.INFO, __file__, 1, "from %s", ("13800138000",), None)
@@ -583,7 +583,7 @@ def test_the_shortcut_never_skips_a_match() -> None:
     look for, whenever it would skip, no finder finds anything."""
     import random
 
-    from services.common.pii import _FINDERS, _may_hold_personal_data, _suspect_spots
+    from reachstore_server.common.pii import _FINDERS, _may_hold_personal_data, _suspect_spots
 
     rng = random.Random(20261202)
     skipped = 0
@@ -643,7 +643,7 @@ def test_mask_json_is_canonical_json_of_mask_value() -> None:
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from services.common.canonical import canonical_json
+    from reachstore_server.common.canonical import canonical_json
 
     @settings(max_examples=400, deadline=None)
     @given(st.lists(_json_like(), min_size=1, max_size=6))
@@ -676,6 +676,6 @@ def test_one_raw_value_among_many_clean_ones_is_masked() -> None:
 
 
 def canonical_json_of(value: Any) -> str:
-    from services.common.canonical import canonical_json
+    from reachstore_server.common.canonical import canonical_json
 
     return canonical_json(value)

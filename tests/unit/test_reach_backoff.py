@@ -9,8 +9,13 @@ from typing import Any
 
 import pytest
 
-from services.common.config_errors import ConfigError
-from services.reach.policy.backoff import PendingPolicy, PolicyValueError, PollPolicy, RetryPolicy
+from reachstore_server.common.config_errors import ConfigError
+from reachstore_server.reach.policy.backoff import (
+    PendingPolicy,
+    PolicyValueError,
+    PollPolicy,
+    RetryPolicy,
+)
 
 DRAWS = 2000
 

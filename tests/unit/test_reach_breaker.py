@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from services.common.config_errors import ConfigError
-from services.reach.policy.breaker import BreakerPolicy, CircuitBreaker
+from reachstore_server.common.config_errors import ConfigError
+from reachstore_server.reach.policy.breaker import BreakerPolicy, CircuitBreaker
 
 
 class FakeClock:

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from services.reach.policy.bucket import TokenBucket
+from reachstore_server.reach.policy.bucket import TokenBucket
 
 
 class FakeClock:

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from services.common.config_errors import ConfigError
-from services.reach.channels import build_channel
-from services.reach.config import check_channels, parse_config
+from reachstore_server.common.config_errors import ConfigError
+from reachstore_server.reach.channels import build_channel
+from reachstore_server.reach.config import check_channels, parse_config
 
 VALID: dict[str, Any] = {
     "engine": {"workers": 4, "lease_s": 10, "alert_channel": "hook"},

@@ -11,9 +11,9 @@ from typing import Any
 import jsonschema
 import pytest
 
-from services.common.config_errors import ConfigError
-from services.reach import constraints
-from services.reach.constraints import ParamRules, Rule, Violation
+from reachstore_server.common.config_errors import ConfigError
+from reachstore_server.reach import constraints
+from reachstore_server.reach.constraints import ParamRules, Rule, Violation
 
 CALLER = {"tenant": "acme", "key_id": "k1", "groups": ["sales", "ops"]}
 ACTION = {"type": "sms.send", "entity_id": "order-7"}
@@ -472,7 +472,7 @@ def test_rules_over_a_ten_thousand_item_list_end() -> None:
 
 def test_importing_and_using_celpy_raises_no_warning() -> None:
     code = (
-        "from services.reach.constraints import ParamRules\n"
+        "from reachstore_server.reach.constraints import ParamRules\n"
         "r = ParamRules.compile({'type': 'object'}, [{'expr': 'params.n <= 2', 'message': 'm'}],"
         " 'w')\n"
         "assert r.check({'n': 3.0}, {}, {})[0].rule == 'm'\n"

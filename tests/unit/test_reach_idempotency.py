@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from google.protobuf import struct_pb2
 
-from services.common.config_errors import ConfigError
-from services.reach.idempotency import (
+from reachstore_server.common.config_errors import ConfigError
+from reachstore_server.reach.idempotency import (
     WINDOWS,
     IdempotencyKey,
     KeySecrets,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from services.reach.watch import FALLBACK_POLL_SECONDS, TaskChanges
+from reachstore_server.reach.watch import FALLBACK_POLL_SECONDS, TaskChanges
 
 
 def test_a_notification_wakes_the_waiter_of_that_task_only() -> None:

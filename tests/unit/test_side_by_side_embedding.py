@@ -1,4 +1,4 @@
-"""The query service's one-question embedding (``services/embedding/side_by_side.py``)
+"""The query service's one-question embedding (``reachstore_server/embedding/side_by_side.py``)
 gives the model package's own vectors, split over two threads or not, for the texts the
 service may meet: the README's lines (English, Chinese, code, tables) and odd inputs."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from services.embedding import UsemEmbedder
-from services.embedding.side_by_side import SideBySide
+from reachstore_server.embedding import UsemEmbedder
+from reachstore_server.embedding.side_by_side import SideBySide
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 ODD = [

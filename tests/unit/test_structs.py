@@ -8,7 +8,7 @@ import random
 import pytest
 from google.protobuf import json_format, struct_pb2
 
-from services.common.structs import NotFinite, struct_to_python
+from reachstore_server.common.structs import NotFinite, struct_to_python
 
 
 def _random_value(rng: random.Random, depth: int) -> object:

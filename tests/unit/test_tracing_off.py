@@ -15,11 +15,11 @@ import sys
 # bridge app, an instrumented engine, an outgoing channel), then reports.
 _PROBE = """
 import json, sys
-from services.common import otel
-from services.common.grpc_server import create_server
-from services.common.tls import secure_aio_channel, PLAIN
-from services.bridge.app import create_app
-from services.common.config import Settings
+from reachstore_server.common import otel
+from reachstore_server.common.grpc_server import create_server
+from reachstore_server.common.tls import secure_aio_channel, PLAIN
+from reachstore_server.bridge.app import create_app
+from reachstore_server.common.config import Settings
 from sqlalchemy import create_engine
 
 turned_on = otel.setup("query")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from services.cli import up_ingest_name
+from reachstore_server.cli import up_ingest_name
 
 
 def test_one_data_folder_keeps_its_name_across_starts_and_two_folders_differ(

@@ -8,8 +8,8 @@ import hmac
 
 import pytest
 
-from services.reach.channels import webhook_signing
-from services.reach.channels.webhook_signing import WebhookSigner, decode_secret, signature
+from reachstore_server.reach.channels import webhook_signing
+from reachstore_server.reach.channels.webhook_signing import WebhookSigner, decode_secret, signature
 
 KEY = bytes(range(32))
 SECRET = "whsec_" + base64.b64encode(KEY).decode()

@@ -1,0 +1,174 @@
+"""Reading a request body: size cap, media type, and JSON that must be one object.
+
+The size is checked from ``Content-Length`` before a byte is read, and again while reading
+(a chunked body has no length up front), so an oversized body never sits in memory.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from starlette.requests import Request
+
+from reachstore_server.bridge.json_codec import json_type
+from reachstore_server.common import errors
+
+MAX_BODY_BYTES = 20 * 1024 * 1024
+# JSON can spell a lone UTF-16 surrogate ("\ud800"), which no UTF-8 text (protobuf strings,
+# database columns, our own JSON answers) can hold. A pair of escapes decodes to one
+# character, so any surrogate left after decoding is a lone one.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _too_large(limit: int, actual: int, *, at_least: bool) -> errors.ReachstoreError:
+    size = f"at least {actual}" if at_least else str(actual)
+    return errors.ReachstoreError(
+        errors.PAYLOAD_TOO_LARGE,
+        f"request body is {size} bytes; the limit is {limit} bytes",
+        structured_data={"limit_bytes": limit, "actual_bytes": actual},
+    )
+
+
+def is_json_media_type(content_type: str | None) -> bool:
+    """``application/json`` or ``application/<x>+json``, UTF-8 if a charset is named."""
+    if not content_type:
+        return False
+    media_type, *params = (part.strip().lower() for part in content_type.split(";"))
+    kind, _, subtype = media_type.partition("/")
+    if kind != "application" or not (subtype == "json" or subtype.endswith("+json")):
+        return False
+    for param in params:
+        name, _, value = param.partition("=")
+        if name.strip() == "charset" and value.strip().strip('"') not in ("utf-8", "utf8"):
+            return False
+    return True
+
+
+def _unsupported(content_type: str | None, *, empty: bool = False) -> errors.ReachstoreError:
+    what = "a POST, even with an empty body," if empty else "the body"
+    return errors.ReachstoreError(
+        errors.UNSUPPORTED_MEDIA_TYPE,
+        f"send {what} as application/json, not {content_type or 'without a Content-Type'}",
+        structured_data={"content_type": content_type or "", "supported": ["application/json"]},
+    )
+
+
+def _declared_length(request: Request) -> int | None:
+    raw = request.headers.get("content-length")
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        # The HTTP server rejects such requests before they get here; stay safe anyway.
+        raise errors.invalid("Content-Length", "must be a whole number of bytes") from None
+
+
+async def read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
+    """The whole body, at most ``limit`` bytes; non-empty bodies must be JSON, and so must
+    every POST, even an empty one: without a Content-Type, or with text/plain or a form
+    type, a web page of any origin can send a POST without the browser asking the server
+    first (a CORS "simple" request). application/json makes the browser ask, and the
+    bridge never says yes to another origin."""
+    declared = _declared_length(request)
+    if declared is not None and declared > limit:
+        raise _too_large(limit, declared, at_least=False)
+    content_type = request.headers.get("content-type")
+    if (declared or request.method == "POST") and not is_json_media_type(content_type):
+        raise _unsupported(content_type, empty=not declared)
+    chunks: list[bytes] = []
+    received = 0
+    async for chunk in request.stream():
+        received += len(chunk)
+        if received > limit:
+            # Stop reading: the server discards the rest once the response is sent.
+            raise _too_large(limit, received, at_least=True)
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    if body and not is_json_media_type(content_type):
+        raise _unsupported(content_type)
+    return body
+
+
+def _object_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            # Python keeps the last duplicate silently; a strict API says which key it was.
+            raise _DuplicateKey(key)
+        obj[key] = value
+    return obj
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _malformed(message: str, **data: Any) -> errors.ReachstoreError:
+    return errors.ReachstoreError(errors.MALFORMED_JSON, message, structured_data=data)
+
+
+def parse_json_object(body: bytes) -> dict[str, Any]:
+    """The body decoded as one JSON object, or MALFORMED_JSON saying what is wrong."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _malformed(
+            f"body is not valid UTF-8 at byte {exc.start}", position=exc.start
+        ) from None
+    try:
+        value = json.loads(text, object_pairs_hook=_object_pairs, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise _malformed(
+            f"body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
+            line=exc.lineno,
+            column=exc.colno,
+            position=exc.pos,
+        ) from None
+    except _DuplicateKey as exc:
+        key = exc.args[0]
+        raise _malformed(f"body repeats the key {key!r}", duplicate_key=key) from None
+    except ValueError as exc:
+        raise _malformed(f"body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise _malformed("body is nested too deeply") from None
+    if not isinstance(value, dict):
+        got = json_type(value)
+        raise _malformed(f"the body must be a JSON object, got {got}", expected="object", got=got)
+    if _SURROGATE_ESCAPE.search(text):
+        _refuse_lone_surrogates(value)
+    return value
+
+
+def _refuse_lone_surrogates(body: dict[str, Any]) -> None:
+    """INVALID_ARGUMENT naming the first field (in document order) whose text holds a lone
+    surrogate; for an object key, the object that holds it ("body" at the top). Walked
+    with a stack: a body may nest as deep as the JSON parser allows."""
+    stack: list[tuple[str, Any]] = [("", body)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, str):
+            if _SURROGATE.search(value):
+                raise _lone_surrogate(path)
+        elif isinstance(value, dict):
+            if any(_SURROGATE.search(key) for key in value):
+                raise _lone_surrogate(path or "body")
+            items = [(f"{path}.{k}" if path else k, v) for k, v in value.items()]
+            stack.extend(reversed(items))
+        elif isinstance(value, list):
+            stack.extend(reversed([(f"{path}[{i}]", v) for i, v in enumerate(value)]))
+
+
+def _lone_surrogate(path: str) -> errors.ReachstoreError:
+    return errors.invalid(
+        path,
+        "must be Unicode text: it holds a lone surrogate (a \\ud800-\\udfff escape without "
+        "its pair), which JSON can spell and UTF-8 cannot",
+    )

@@ -1,0 +1,433 @@
+"""QueryService: the partial-success query, and document reads.
+
+A query searches each namespace under its own time budget (``fanout.py`` says how they
+share threads). A namespace that fails becomes one PartialFailure; the rest are returned.
+A search that runs out of time is told to stop through its CancelToken (checked between
+and inside the search stages), so timed-out work does not keep running in the background.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import functools
+import logging
+import time
+from collections.abc import Mapping
+
+import grpc
+import numpy as np
+
+from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
+from reachstore.query.v1 import query_service_pb2 as pb
+from reachstore.query.v1 import query_service_pb2_grpc as pb_grpc
+from reachstore_server.common import errors, limits, names, paging
+from reachstore_server.common.auth import Caller
+from reachstore_server.common.identity import caller
+from reachstore_server.common.limits import RequestLimiter
+from reachstore_server.common.timefmt import rfc3339
+from reachstore_server.embedding import Embedder
+from reachstore_server.query.api.namespace_health import NamespaceHealthCalls
+from reachstore_server.query.coverage import CoverageLog
+from reachstore_server.query.fanout import FanOut
+from reachstore_server.query.index import CancelToken, Hit, SearchCancelled, merge_hits
+from reachstore_server.query.indexes import IndexManager, Slot
+from reachstore_server.query.metrics import QueryMetrics
+from reachstore_server.storage.repository import DocumentInfo, NamespaceInfo, SemanticStore
+
+log = logging.getLogger(__name__)
+
+# Share of a namespace's budget that may be spent waiting for its index to load.
+REBUILD_WAIT_SHARE = 0.8
+
+
+class _Rebuilding(Exception):
+    """The namespace's index did not finish loading within its share of the budget."""
+
+
+# How much longer than its budget a query waits for its namespaces in all, to cover the
+# namespace-row read and the embedding that come first (each namespace's own deadline,
+# enforced by its cancel token, starts after them).
+PREPARE_ALLOWANCE_S = 0.5
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """What every namespace search of one query shares."""
+
+    vector: np.ndarray
+    text: str
+    top_k: int
+    metadata_filter: dict[str, str] | None
+    budget_ms: int
+    deadline: float  # time.monotonic() seconds
+
+
+@dataclasses.dataclass
+class _Shared:
+    """What the prelude of a query prepares for its namespace jobs."""
+
+    heads: dict[str, NamespaceInfo] = dataclasses.field(default_factory=dict)
+    plan: _Plan | None = None
+
+
+def _document_to_pb(doc: DocumentInfo) -> pb.Document:
+    return pb.Document(
+        namespace=doc.namespace,
+        document_id=doc.document_id,
+        text=doc.text,
+        metadata=doc.metadata,
+        chunk_count=doc.chunk_count,
+        content_sha256=doc.content_sha256,
+        updated_at=rfc3339(doc.updated_at),
+    )
+
+
+class QueryServicer(NamespaceHealthCalls, pb_grpc.QueryServiceServicer):
+    def __init__(
+        self,
+        store: SemanticStore,
+        indexes: IndexManager,
+        embedder: Embedder,
+        pool: concurrent.futures.ThreadPoolExecutor,
+        *,
+        default_timeout_ms: int,
+        cap_timeout_ms: int,
+        max_namespaces: int,
+        fault_delay_ms: Mapping[str, int] | None = None,
+        metrics: QueryMetrics | None = None,
+        limiter: RequestLimiter | None = None,
+        coverage: CoverageLog | None = None,
+    ) -> None:
+        self._store = store
+        self._indexes = indexes
+        self._embedder = embedder
+        self._pool = pool
+        self._default_ms = default_timeout_ms
+        self._cap_ms = cap_timeout_ms
+        self._max_namespaces = max_namespaces
+        self._fault_delay_ms = dict(fault_delay_ms or {})
+        self.metrics = metrics or QueryMetrics()
+        self._limiter = limiter
+        self.coverage = coverage or CoverageLog()
+        # Queries under way in this process (on the event loop: no lock). One alone spreads
+        # its namespaces over two threads (fanout.py).
+        self._in_flight = 0
+
+    # --- request checks -----------------------------------------------------------------
+
+    def _namespaces(self, request: pb.QueryRequest) -> list[str]:
+        if request.namespace:
+            raise errors.ReachstoreError(
+                errors.DEPRECATED_FIELD,
+                "namespace: the singular field is deprecated; send a list in namespaces",
+                field="namespace",
+                structured_data={
+                    "use_instead": "namespaces",
+                    "example": {"namespaces": [request.namespace[:64]]},
+                },
+            )
+        names.check_count(request.namespaces, "namespaces", names.MAX_NAMESPACE_ENTRIES)
+        requested = list(dict.fromkeys(request.namespaces))  # de-duplicate, keep order
+        if not requested:
+            raise errors.invalid("namespaces", 'at least one namespace is required (or ["*"])')
+        if "*" in requested and len(requested) > 1:
+            raise errors.invalid("namespaces", '"*" must be the only entry')
+        for i, name in enumerate(requested):
+            if name != "*" and not names.is_namespace_name(name):
+                raise errors.invalid(
+                    f"namespaces[{i}]", f"must be {names.NAMESPACE_RULE}", value=name[:80]
+                )
+        if len(requested) > self._max_namespaces:
+            raise errors.over_limit(
+                errors.TOO_MANY_NAMESPACES,
+                "namespaces",
+                "namespaces",
+                self._max_namespaces,
+                len(requested),
+            )
+        return requested
+
+    def _check(self, request: pb.QueryRequest) -> tuple[int, int]:
+        if not request.query.strip():
+            raise errors.invalid("query", "is required and must not be blank")
+        if len(request.query) > names.MAX_QUERY_CHARS:
+            raise errors.invalid(
+                "query",
+                f"at most {names.MAX_QUERY_CHARS} characters",
+                limit=names.MAX_QUERY_CHARS,
+                actual=len(request.query),
+            )
+        if not 0 <= request.top_k <= names.MAX_TOP_K:
+            raise errors.invalid(
+                "top_k", f"must be between 1 and {names.MAX_TOP_K} (0 means {names.DEFAULT_TOP_K})"
+            )
+        # The filter is a metadata match: the same caps as a document's metadata.
+        names.check_metadata(request.filter, "filter")
+        if request.timeout_ms < 0:
+            raise errors.invalid("timeout_ms", "must not be negative (0 means the server default)")
+        budget_ms = min(request.timeout_ms or self._default_ms, self._cap_ms)
+        return request.top_k or names.DEFAULT_TOP_K, budget_ms
+
+    # --- the query ------------------------------------------------------------------------
+
+    async def Query(
+        self, request: pb.QueryRequest, context: grpc.aio.ServicerContext
+    ) -> pb.QueryResponse:
+        who = caller(context)
+        requested = self._namespaces(request)
+        top_k, budget_ms = self._check(request)
+        loop = asyncio.get_running_loop()
+        if requested == ["*"]:
+            requested = await loop.run_in_executor(self._pool, self._expand_star, who)
+        shared = _Shared()
+        tokens = {name: CancelToken() for name in requested}
+
+        def prelude() -> None:
+            # The two reads every query needs, done by the thread that then runs the
+            # searches: which namespaces exist (with their change seq, for read-your-
+            # writes) and the question's vector. Each namespace's budget starts after them.
+            heads = self._store.namespace_heads(who.tenant, requested)
+            # A namespace outside the key's grants reads exactly like one that does not exist.
+            shared.heads = {n: h for n, h in heads.items() if who.may_use(n)}
+            shared.plan = _Plan(
+                vector=self._embedder.embed([request.query])[0],
+                text=request.query,
+                top_k=top_k,
+                metadata_filter=dict(request.filter) or None,
+                budget_ms=budget_ms,
+                deadline=time.monotonic() + budget_ms / 1000,
+            )
+
+        jobs = {
+            name: functools.partial(self._namespace_job, shared, who.tenant, name, tokens[name])
+            for name in requested
+        }
+        self._in_flight += 1
+        fanout = FanOut(self._pool, jobs, prelude=prelude, spread=self._in_flight == 1)
+        try:
+            finished = await fanout.results(budget_ms / 1000, PREPARE_ALLOWANCE_S)
+        finally:
+            self._in_flight -= 1
+            fanout.close()
+        if fanout.prelude_error is not None:
+            raise fanout.prelude_error
+        outcomes = {
+            name: self._outcome(name, outcome, tokens[name], budget_ms)
+            for name, outcome in finished.items()
+        }
+        self._count_coverage(who.tenant, shared.heads, outcomes)
+        return self._respond(request, requested, outcomes, top_k)
+
+    def _count_coverage(
+        self,
+        tenant: str,
+        existing: Mapping[str, NamespaceInfo],
+        outcomes: Mapping[str, list[Hit] | pf_pb2.PartialFailure],
+    ) -> None:
+        """Feeds ListNamespaceHealth: which existing namespaces answered and which did not."""
+        answered, missing = [], []
+        for name, outcome in outcomes.items():
+            if name not in existing:
+                continue
+            if isinstance(outcome, pf_pb2.PartialFailure):
+                missing.append((name, int(outcome.category), outcome.error_code))
+            else:
+                answered.append(name)
+        self.coverage.record(tenant, answered, missing)
+
+    def _expand_star(self, who: Caller) -> list[str]:
+        return [n for n in self._store.namespace_names(who.tenant) if who.may_use(n)]
+
+    def _namespace_job(
+        self, shared: _Shared, tenant: str, name: str, query_token: CancelToken
+    ) -> list[Hit] | pf_pb2.PartialFailure:
+        """One namespace, in a worker thread: its refusal, or its search."""
+        head = shared.heads.get(name)
+        refusal = self._refusal(name, head) or self._over_rate(tenant, name)
+        if refusal is not None:
+            return refusal
+        assert head is not None and shared.plan is not None
+        cancel = CancelToken(deadline=shared.plan.deadline, parent=query_token)
+        slot = self._indexes.slot(tenant, head)
+        return self._search_blocking(slot, head.change_seq, shared.plan, cancel)
+
+    def _refusal(self, name: str, head: NamespaceInfo | None) -> pf_pb2.PartialFailure | None:
+        """The failure of a namespace that cannot be searched at all, if it cannot."""
+        if head is None:
+            return errors.namespace_unavailable_failure(name)
+        if head.embedding_model != self._embedder.model_id:
+            return errors.make_failure(
+                errors.EMBEDDING_MODEL_MISMATCH,
+                f"namespace {name!r} holds vectors of another model than the server runs",
+                structured_data={
+                    "namespace": name,
+                    "namespace_model": head.embedding_model,
+                    "server_model": self._embedder.model_id,
+                },
+                namespace=name,
+            )
+        return None
+
+    def _over_rate(self, tenant: str, name: str) -> pf_pb2.PartialFailure | None:
+        """The per-namespace search rate: only this namespace fails, the others answer."""
+        wait = self._limiter.check_namespace(tenant, name) if self._limiter else 0.0
+        if wait <= 0:
+            return None
+        return errors.make_failure(
+            errors.NAMESPACE_RATE_LIMITED,
+            f"namespace {name!r} is searched more often than allowed",
+            retry_after_ms=limits.retry_after_ms(wait),
+            structured_data={"namespace": name},
+            namespace=name,
+        )
+
+    def _outcome(
+        self,
+        name: str,
+        outcome: list[Hit] | pf_pb2.PartialFailure | BaseException,
+        cancel: CancelToken,
+        budget_ms: int,
+    ) -> list[Hit] | pf_pb2.PartialFailure:
+        """A namespace's hits, or its failure."""
+        if isinstance(outcome, _Rebuilding):
+            return errors.make_failure(
+                errors.INDEX_REBUILDING,
+                f"namespace {name!r} is rebuilding its index",
+                structured_data={"namespace": name, "index_state": "rebuilding"},
+                namespace=name,
+            )
+        if isinstance(outcome, TimeoutError | SearchCancelled):
+            cancel.cancel()  # a running search stops at its next checkpoint
+            self.metrics.cancelled.inc()
+            return errors.make_failure(
+                errors.NAMESPACE_TIMEOUT,
+                f"namespace {name!r} did not answer within {budget_ms} ms",
+                structured_data={"namespace": name, "timeout_ms": budget_ms},
+                namespace=name,
+            )
+        if isinstance(outcome, BaseException):
+            # A bug or a broken index costs this namespace, not the whole answer.
+            log.error("search of namespace %s failed", name, exc_info=outcome)
+            return errors.make_failure(
+                errors.INTERNAL,
+                f"searching namespace {name!r} failed unexpectedly; it was logged",
+                structured_data={"namespace": name},
+                namespace=name,
+            )
+        return outcome
+
+    def _respond(
+        self,
+        request: pb.QueryRequest,
+        requested: list[str],
+        outcomes: Mapping[str, list[Hit] | pf_pb2.PartialFailure],
+        top_k: int,
+    ) -> pb.QueryResponse:
+        per_namespace: dict[str, list[Hit]] = {}
+        failed = []
+        for name in requested:
+            outcome = outcomes[name]
+            if isinstance(outcome, pf_pb2.PartialFailure):
+                failed.append(outcome)
+            else:
+                per_namespace[name] = outcome
+        succeeded = [n for n in requested if n in per_namespace]
+        coverage = len(succeeded) / len(requested) if requested else 0.0
+        self.metrics.observe(coverage, failed)
+        if failed and request.HasField("allow_partial") and not request.allow_partial:
+            # Retrying the whole query only helps when every missing part may come back.
+            retryable = all(f.retryable for f in failed)
+            raise errors.ReachstoreError(
+                errors.INCOMPLETE_RESULT if retryable else errors.INCOMPLETE_RESULT_PERMANENT,
+                f"{len(failed)} of {len(requested)} namespaces did not answer and allow_partial "
+                "is false",
+                retry_after_ms=max(f.retry_after_ms for f in failed) if retryable else None,
+                structured_data={
+                    "coverage_ratio": coverage,
+                    "namespaces_failed": [f.namespace for f in failed],
+                },
+                details=failed,
+            )
+        results = [
+            pb.QueryResult(
+                namespace=name,
+                document_id=hit.document_id,
+                chunk_index=hit.chunk_index,
+                text=hit.text,
+                score=hit.score,
+                metadata=hit.metadata,
+            )
+            for name, hit in merge_hits(per_namespace, top_k)
+        ]
+        meta = pb.QueryMeta(
+            coverage_ratio=coverage,
+            namespaces_queried=requested,
+            namespaces_succeeded=succeeded,
+            namespaces_failed=failed,
+        )
+        return pb.QueryResponse(results=results, meta=meta)
+
+    def _search_blocking(
+        self, slot: Slot, head_seq: int, plan: _Plan, cancel: CancelToken
+    ) -> list[Hit]:
+        """One namespace's whole search, in a worker thread."""
+        if not slot.ready.is_set():
+            # A loading index gets most of the budget; if it is still not there the answer
+            # is "rebuilding, retry later", which tells the agent more than a timeout would.
+            if not slot.ready.wait(plan.budget_ms / 1000 * REBUILD_WAIT_SHARE):
+                raise _Rebuilding(slot.name)
+        cancel.check()
+        self._indexes.catch_up(slot, head_seq, cancel)
+        delay_ms = self._fault_delay_ms.get(slot.name, 0)
+        if delay_ms:  # fault injection for drills and tests; empty in production
+            until = time.monotonic() + delay_ms / 1000
+            while time.monotonic() < until:
+                cancel.check()
+                time.sleep(0.005)
+        return self._indexes.search(
+            slot, plan.vector, plan.text, plan.top_k, plan.metadata_filter, cancel
+        )
+
+    # --- documents --------------------------------------------------------------------------
+
+    async def _namespace(self, who: Caller, name: str) -> NamespaceInfo:
+        """The namespace, if it exists and the caller's key may use it; both refusals are
+        the same answer after the same look-up (anti-enumeration)."""
+        names.check_namespace_name(name, "namespace")
+        heads = await asyncio.to_thread(self._store.namespace_heads, who.tenant, [name])
+        if name not in heads or not who.may_use(name):
+            raise errors.namespace_unavailable(name)
+        return heads[name]
+
+    async def GetDocument(
+        self, request: pb.GetDocumentRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetDocumentResponse:
+        who = caller(context)
+        tenant = who.tenant
+        await self._namespace(who, request.namespace)
+        names.check_document_id(request.document_id, "document_id")
+        doc = await asyncio.to_thread(
+            self._store.get_document, tenant, request.namespace, request.document_id
+        )
+        if doc is None:
+            raise errors.document_not_found(request.namespace, request.document_id)
+        return pb.GetDocumentResponse(document=_document_to_pb(doc))
+
+    async def ListDocuments(
+        self, request: pb.ListDocumentsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListDocumentsResponse:
+        who = caller(context)
+        tenant = who.tenant
+        namespace = await self._namespace(who, request.namespace)
+        size = names.page_size(request.page_size)
+        after = paging.decode_token(request.page_token)
+        rows = await asyncio.to_thread(
+            self._store.list_documents, tenant, namespace.id, namespace.name, size + 1, after
+        )
+        page = rows[:size]
+        token = paging.encode_token(page[-1].document_id) if len(rows) > size else ""
+        return pb.ListDocumentsResponse(
+            documents=[_document_to_pb(d) for d in page], next_page_token=token
+        )

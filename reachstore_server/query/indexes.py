@@ -1,0 +1,238 @@
+"""The query service's derived indexes: one per namespace, kept current from the store.
+
+The store is the truth. An index starts from its snapshot file when that is intact, or is
+rebuilt from the store's chunks when the snapshot is missing or corrupt; while that runs
+the namespace answers with a TRANSIENT "rebuilding" failure instead of blocking or
+crashing. Before each search the index replays the namespace's changes since its own seq
+(one indexed read when nothing changed), so a document is searchable on the first query
+after its ingest task completes. Snapshots are written in the background and at shutdown.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+
+from reachstore_server.query.index import (
+    CancelToken,
+    ChunkRecord,
+    NamespaceIndex,
+    SnapshotCorrupt,
+    read_snapshot_file,
+    write_snapshot_file,
+)
+from reachstore_server.storage.repository import NamespaceInfo, SemanticStore, StoredChunk
+
+log = logging.getLogger(__name__)
+
+# Replaying more changed documents than this re-reads the whole namespace instead: one
+# sequential scan beats thousands of keyed look-ups.
+FULL_RELOAD_ABOVE = 1000
+
+
+@dataclasses.dataclass
+class Slot:
+    tenant: str
+    namespace_id: int
+    name: str
+    dimension: int
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    ready: threading.Event = dataclasses.field(default_factory=threading.Event)
+    index: NamespaceIndex | None = None
+    seq: int = 0
+    dirty: bool = False
+    state: str = "loading"  # loading | rebuilding | ready
+
+
+def _record(chunk: StoredChunk) -> ChunkRecord:
+    return ChunkRecord(
+        chunk_id=chunk.id,
+        document_id=chunk.document_id,
+        chunk_index=chunk.chunk_index,
+        text=chunk.text,
+        metadata=chunk.metadata,
+        content_hash=chunk.content_hash,
+        vector=np.frombuffer(chunk.embedding, dtype=np.float32),
+    )
+
+
+def _by_document(chunks: Iterable[StoredChunk]) -> dict[str, list[ChunkRecord]]:
+    grouped: dict[str, list[ChunkRecord]] = defaultdict(list)
+    for chunk in chunks:
+        grouped[chunk.document_id].append(_record(chunk))
+    return grouped
+
+
+class IndexManager:
+    def __init__(self, store: SemanticStore, snapshot_dir: Path, rebuild_delay_ms: int = 0) -> None:
+        self._store = store
+        self._dir = snapshot_dir
+        self._dir.mkdir(parents=True, exist_ok=True)
+        self._rebuild_delay_s = rebuild_delay_ms / 1000
+        self._slots: dict[int, Slot] = {}
+        self._slots_lock = threading.Lock()
+
+    # --- loading ------------------------------------------------------------------------
+
+    def _path(self, namespace_id: int) -> Path:
+        return self._dir / f"{namespace_id}.snap"
+
+    def slot(self, tenant: str, info: NamespaceInfo) -> Slot:
+        """The namespace's slot; the first call starts loading it in the background."""
+        with self._slots_lock:
+            slot = self._slots.get(info.id)
+            if slot is not None:
+                return slot
+            slot = Slot(tenant, info.id, info.name, info.dimension)
+            self._slots[info.id] = slot
+        threading.Thread(
+            target=self._load, args=(slot,), name=f"load-{info.id}", daemon=True
+        ).start()
+        return slot
+
+    def state_of(self, namespace_id: int) -> str:
+        """The index's state in this replica: loading, rebuilding, ready, or not_loaded
+        when nothing has needed it since the replica started."""
+        with self._slots_lock:
+            slot = self._slots.get(namespace_id)
+        return "not_loaded" if slot is None else slot.state
+
+    def warm(self) -> None:
+        """Starts loading every namespace of the store (at service start)."""
+        for tenant, info in self._store.all_namespaces():
+            self.slot(tenant, info)
+
+    def _load(self, slot: Slot) -> None:
+        path = self._path(slot.namespace_id)
+        try:
+            if path.exists():
+                try:
+                    index, seq = NamespaceIndex.from_snapshot(read_snapshot_file(path))
+                    self._install(slot, index, seq, dirty=False)
+                    log.info("namespace %s: index loaded from snapshot at seq %d", slot.name, seq)
+                    return
+                except SnapshotCorrupt as exc:
+                    log.warning(
+                        "namespace %s: snapshot %s is corrupt (%s); rebuilding from the store",
+                        slot.name,
+                        path,
+                        exc,
+                    )
+            self._rebuild(slot)
+        except Exception:  # noqa: BLE001 - keep the slot answering "rebuilding", retry later
+            log.exception("namespace %s: loading the index failed", slot.name)
+            with self._slots_lock:
+                self._slots.pop(slot.namespace_id, None)
+
+    def _rebuild(self, slot: Slot) -> None:
+        slot.state = "rebuilding"
+        started = time.monotonic()
+        if self._rebuild_delay_s:  # fault injection for drills and tests; 0 in production
+            time.sleep(self._rebuild_delay_s)
+        heads = self._store.namespace_heads(slot.tenant, [slot.name])
+        head = heads.get(slot.name)
+        seq = head.change_seq if head is not None and head.id == slot.namespace_id else 0
+        index = NamespaceIndex(slot.dimension)
+        for document_id, records in _by_document(
+            self._store.chunks(slot.tenant, slot.namespace_id)
+        ).items():
+            index.upsert_document(document_id, records)
+        self._install(slot, index, seq, dirty=True)
+        log.info(
+            "namespace %s: index rebuilt from the store (%d chunks, %.2fs)",
+            slot.name,
+            index.chunk_count,
+            time.monotonic() - started,
+        )
+
+    def _install(self, slot: Slot, index: NamespaceIndex, seq: int, dirty: bool) -> None:
+        with slot.lock:
+            slot.index, slot.seq, slot.dirty, slot.state = index, seq, dirty, "ready"
+        slot.ready.set()
+
+    # --- serving ------------------------------------------------------------------------
+
+    def catch_up(self, slot: Slot, head_seq: int, cancel: CancelToken) -> None:
+        """Replays the namespace's changes up to ``head_seq`` into the index (which must be
+        ready: callers wait on ``slot.ready`` first)."""
+        if slot.seq >= head_seq:
+            return
+        with slot.lock:
+            if slot.seq >= head_seq or slot.index is None:
+                return
+            changed = self._store.changed_documents(
+                slot.tenant, slot.namespace_id, slot.seq, head_seq
+            )
+            cancel.check()
+            if len(changed) > FULL_RELOAD_ABOVE:
+                fresh = _by_document(self._store.chunks(slot.tenant, slot.namespace_id))
+            else:
+                fresh = _by_document(
+                    self._store.chunks(slot.tenant, slot.namespace_id, sorted(changed))
+                )
+            for document_id in changed:
+                if document_id in fresh:
+                    slot.index.upsert_document(document_id, fresh[document_id])
+                else:
+                    slot.index.remove_document(document_id)
+            slot.seq, slot.dirty = head_seq, True
+
+    def search(
+        self,
+        slot: Slot,
+        query_vector: np.ndarray,
+        query_text: str,
+        top_k: int,
+        metadata_filter: dict[str, str] | None,
+        cancel: CancelToken,
+    ) -> list:
+        # No slot lock: NamespaceIndex lets searches run concurrently with each other and
+        # with a catch-up (which holds slot.lock only to serialise writers).
+        index = slot.index
+        assert index is not None
+        return index.search(query_vector, query_text, top_k, metadata_filter, cancel)
+
+    def follow(self, namespaces: Iterable[tuple[str, NamespaceInfo]]) -> int:
+        """Replays into every ready index the changes its namespace's row shows it lacks,
+        and starts loading namespaces this replica has not seen; returns how many indexes
+        moved. Called in the background (reachstore_server/query/main.py) so that a query right
+        after a large ingest finds its indexes nearly current: catching up thousands of
+        documents on the query's path took longer than its namespaces' budgets, and the
+        burst after an ingest came back partial with nothing failed."""
+        moved = 0
+        for tenant, info in namespaces:
+            slot = self.slot(tenant, info)
+            if slot.namespace_id != info.id or not slot.ready.is_set():
+                continue
+            if slot.seq < info.change_seq:
+                self.catch_up(slot, info.change_seq, CancelToken())
+                moved += 1
+        return moved
+
+    # --- snapshots ----------------------------------------------------------------------
+
+    def write_snapshots(self, live_namespace_ids: set[int] | None = None) -> int:
+        """Writes every changed index to disk; forgets namespaces no longer in the store."""
+        written = 0
+        with self._slots_lock:
+            slots = list(self._slots.values())
+        for slot in slots:
+            if live_namespace_ids is not None and slot.namespace_id not in live_namespace_ids:
+                with self._slots_lock:
+                    self._slots.pop(slot.namespace_id, None)
+                self._path(slot.namespace_id).unlink(missing_ok=True)
+                continue
+            if not slot.dirty or slot.index is None:
+                continue
+            with slot.lock:
+                data, slot.dirty = slot.index.snapshot(slot.seq), False
+            write_snapshot_file(self._path(slot.namespace_id), data)
+            written += 1
+        return written

@@ -1,6 +1,0 @@
-"""Text embedding behind one small interface, so the model can change without touching
-ingest or query. The default model ships inside a Python package: nothing is downloaded."""
-
-from services.embedding.embedder import Embedder, UsemEmbedder, default_embedder
-
-__all__ = ["Embedder", "UsemEmbedder", "default_embedder"]
