@@ -82,6 +82,7 @@ async def _run(settings: Settings, key: PrivateKey, witnesses: list[Witness]) ->
         limiter=fleet_limiter(settings.limits, sessions),
         tls=settings.tls,
         metrics=RpcMetrics(registries.own),
+        admission=settings.admission,
     )
 
 

@@ -14,6 +14,7 @@ import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 
+from reachstore_server.common.admission import AdmissionLimits
 from reachstore_server.common.channels import split_addresses
 from reachstore_server.common.config_errors import ConfigError
 from reachstore_server.common.hosts import is_loopback
@@ -162,6 +163,12 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
         "Seconds between renewals of an ingest process's leases while it works on a claim; "
         "at most half of REACHSTORE_INGEST_LEASE_S, so one late renewal loses nothing.",
     ),
+    "REACHSTORE_INGEST_MAX_QUEUE_S": (
+        "300",
+        "New documents are refused (INGEST_BACKLOG, transient) while the oldest queued one "
+        "has waited longer than this many seconds, so a backlog stops growing instead of "
+        "delaying every later document further.",
+    ),
     "REACHSTORE_FAULT_NAMESPACE_DELAY_MS": (
         "",
         "Fault injection for tests and drills: `ns=ms,ns2=ms` delays every search of those "
@@ -170,6 +177,16 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
     "REACHSTORE_FAULT_REBUILD_DELAY_MS": (
         "0",
         "Fault injection for tests and drills: every index rebuild first waits this long.",
+    ),
+    "REACHSTORE_ADMIT_CONCURRENCY": (
+        "16",
+        "Calls each service process serves at once (long polls not counted); more wait for a "
+        'slot, reads first (docs/OPERATIONS.md, "Load shedding").',
+    ),
+    "REACHSTORE_ADMIT_WAIT_MS": (
+        "1000",
+        "Longest a call waits for a slot (less when its deadline is nearer); a call that "
+        "cannot be served in time is refused at once with SERVICE_OVERLOADED.",
     ),
     "REACHSTORE_INSECURE": (
         "false",
@@ -396,11 +413,13 @@ class Settings:
     http_max_connections: int = 2000
     ingest_lease_s: float = 30.0
     ingest_heartbeat_s: float = 10.0
+    ingest_max_queue_s: int = 300
     http_allowed_hosts: tuple[str, ...] = ()
     http_allowed_origins: tuple[str, ...] = ()
     tls: TlsFiles = PLAIN
     insecure: bool = False
     also_listen: tuple[str, ...] = ()
+    admission: AdmissionLimits = AdmissionLimits()
 
     @classmethod
     def from_env(
@@ -467,8 +486,13 @@ class Settings:
             http_max_connections=_int(env, "REACHSTORE_HTTP_MAX_CONNECTIONS", 1),
             ingest_lease_s=ingest_lease_s,
             ingest_heartbeat_s=ingest_heartbeat_s,
+            ingest_max_queue_s=_int(env, "REACHSTORE_INGEST_MAX_QUEUE_S", 1),
             http_allowed_hosts=_hosts(env, require_keys),
             http_allowed_origins=_origins(env),
             tls=tls,
             insecure=insecure,
+            admission=AdmissionLimits(
+                concurrency=_int(env, "REACHSTORE_ADMIT_CONCURRENCY", 1),
+                max_wait_s=_int(env, "REACHSTORE_ADMIT_WAIT_MS", 0) / 1000,
+            ),
         )

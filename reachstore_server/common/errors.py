@@ -550,6 +550,26 @@ SERVICE_UNAVAILABLE = _entry(
     "A reachstore service did not answer; retry after the advised wait.",
     retry_after_ms=1000,
 )
+INGEST_BACKLOG = _entry(
+    "INGEST_BACKLOG",
+    _T,
+    _S.UNAVAILABLE,
+    "The ingest queue is too far behind (its oldest queued document has waited longer than "
+    "REACHSTORE_INGEST_MAX_QUEUE_S): new documents are refused, nothing of this request was "
+    "stored, until it catches up; retry after the advised wait. Queries are not affected. "
+    "structured_data has the oldest wait, the bound and the queued count.",
+    retry_after_ms=1000,
+)
+SERVICE_OVERLOADED = _entry(
+    "SERVICE_OVERLOADED",
+    _T,
+    _S.UNAVAILABLE,
+    "The service has more calls than it can serve before their deadlines and refused this "
+    "one at once, before doing any of its work; retry after the advised wait, which is how "
+    "long its backlog takes to drain. structured_data has the calls in flight, waiting, the "
+    'limit and the mean call time (docs/OPERATIONS.md, "Load shedding").',
+    retry_after_ms=1000,
+)
 DATABASE_UNAVAILABLE = _entry(
     "DATABASE_UNAVAILABLE",
     _T,

@@ -15,7 +15,7 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 import grpc
@@ -36,7 +36,14 @@ from reachstore_server.common import (
     otel,
     wire,
 )
-from reachstore_server.common.auth import Authenticator, Caller
+from reachstore_server.common.admission import (
+    DEFAULT_LIMITS,
+    Admission,
+    AdmissionLimits,
+    Kind,
+    Ticket,
+)
+from reachstore_server.common.auth import Authenticator, Caller, scopes_by_method
 from reachstore_server.common.limits import CallKind, RequestLimiter
 from reachstore_server.common.rpc_metrics import NONE, RpcMetrics, category_name, partial_category
 from reachstore_server.common.tls import PLAIN, TlsFiles
@@ -95,13 +102,17 @@ class CallAudit(Protocol):
 
 @dataclasses.dataclass(frozen=True)
 class Guards:
-    """What stands in front of every handler: authentication, call rates, the audit, and
-    the per-call rate, error and duration counts."""
+    """What stands in front of every handler: authentication, call rates, admission (the
+    bound of calls served at once), the audit, and the per-call rate, error and duration
+    counts."""
 
     authenticator: Authenticator | None = None
     limiter: RequestLimiter | None = None
     audit: CallAudit | None = None
     metrics: RpcMetrics | None = None
+    admission: Admission | None = None
+    # The methods ``admission`` bounds, and whether each is a read or a write.
+    admitted: Mapping[str, Kind] = dataclasses.field(default_factory=dict)
 
 
 def _wrap_unary(
@@ -112,6 +123,8 @@ def _wrap_unary(
 ) -> Callable[..., Awaitable[Any]]:
     authenticator = guards.authenticator
     metrics = guards.metrics
+    admission = guards.admission
+    kind = guards.admitted.get(method)
 
     async def handler(request: Any, context: grpc.aio.ServicerContext) -> Any:
         started = time.perf_counter()
@@ -122,6 +135,9 @@ def _wrap_unary(
         undecodable = request if isinstance(request, _Undecodable) else None
         if undecodable is not None:
             request = undecodable.empty  # authenticated and audited like any other call
+        who: Caller | None = None
+        scope = ""
+        ticket: Ticket | None = None
         try:
             if authenticator is not None and authenticator.guards(method):
                 who = authenticator.authenticate(method, metadata)
@@ -130,8 +146,12 @@ def _wrap_unary(
                 if guards.limiter is not None and who.key_id:
                     await _check_rate(guards.limiter, who, scope)
                 token = identity.set_caller(who)
-                if guards.audit is not None:
-                    audited = guards.audit.begin(method, scope, request, who, metadata)
+            if admission is not None and kind is not None:
+                # After the caller's own limits (429 is about the caller, this is about the
+                # service), before the audit and the work: a refused call changed nothing.
+                ticket = await admission.enter(kind, context.time_remaining())
+            if who is not None and guards.audit is not None:
+                audited = guards.audit.begin(method, scope, request, who, metadata)
             if undecodable is not None:
                 raise undecodable.error
             nul_strings.check(request)
@@ -185,6 +205,8 @@ def _wrap_unary(
                 ),
             )
         finally:
+            if ticket is not None and admission is not None:
+                admission.leave(ticket)
             if token is not None:
                 identity.reset_caller(token)
             if metrics is not None:
@@ -320,6 +342,28 @@ def _tolerant(
     return parse
 
 
+# The scopes of the calls that add work (documents to embed, actions to send, events to
+# append); under pressure the rest (reads, and operators' calls) is served first.
+_WORKLOAD_SCOPES = frozenset({"write", "reach", "internal"})
+
+
+def _admitted_methods(service_names: Iterable[str]) -> dict[str, Kind]:
+    """Every method of ``service_names`` that admission bounds, as a read or a write (by the
+    scope it requires: ``_WORKLOAD_SCOPES`` are writes). Not the long polls: a call with a
+    ``wait_ms`` spends its time waiting for a change, holding no worker, and would take a
+    slot for its whole wait."""
+    pool = descriptor_pool.Default()
+    services = [pool.FindServiceByName(name) for name in service_names]
+    admitted: dict[str, Kind] = {}
+    for method, scope in scopes_by_method(services).items():
+        _, _, name = method.rpartition("/")
+        service = method.strip("/").rpartition("/")[0]
+        request = pool.FindServiceByName(service).methods_by_name[name].input_type
+        if "wait_ms" not in request.fields_by_name:
+            admitted[method] = "write" if scope in _WORKLOAD_SCOPES else "read"
+    return admitted
+
+
 def create_server(
     registrars: Iterable[Registrar],
     service_names: Iterable[str],
@@ -330,6 +374,7 @@ def create_server(
     tls: TlsFiles = PLAIN,
     also_listen: Sequence[str] = (),
     metrics: RpcMetrics | None = None,
+    admission: AdmissionLimits = DEFAULT_LIMITS,
 ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
     """Builds a server with our services, health and reflection, bound to ``address``.
 
@@ -338,16 +383,17 @@ def create_server(
     speaks TLS only (and asks callers for a certificate when ``tls`` says so). The server
     also listens on every ``also_listen`` address (same services, same credentials). With
     ``metrics``, every call is counted there (``reachstore_server/common/rpc_metrics.py``).
+    At most ``admission.concurrency`` calls of our services are served at once
+    (``reachstore_server/common/admission.py``).
     """
     # Tracing first (outermost): its span covers the guard, so the audit event of the call
     # and every log line in it carry the span's trace id.
-    interceptors = [
-        *otel.server_interceptors(),
-        TraceInterceptor(),
-        _CallGuard(Guards(authenticator, limiter, audit, metrics)),
-    ]
-    server = grpc.aio.server(interceptors=interceptors, options=GRPC_OPTIONS)
     names = list(service_names)
+    guards = Guards(
+        authenticator, limiter, audit, metrics, Admission(admission), _admitted_methods(names)
+    )
+    interceptors = [*otel.server_interceptors(), TraceInterceptor(), _CallGuard(guards)]
+    server = grpc.aio.server(interceptors=interceptors, options=GRPC_OPTIONS)
     for register in registrars:
         register(server)
     health_servicer = health.aio.HealthServicer()

@@ -8,6 +8,7 @@ import signal
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import Any
 
+from reachstore_server.common.admission import DEFAULT_LIMITS, AdmissionLimits
 from reachstore_server.common.auth import Authenticator
 from reachstore_server.common.grpc_server import CallAudit, Registrar, create_server, mark_serving
 from reachstore_server.common.limits import RequestLimiter
@@ -35,6 +36,7 @@ async def serve(
     tls: TlsFiles = PLAIN,
     also_listen: Sequence[str] = (),
     metrics: RpcMetrics | None = None,
+    admission: AdmissionLimits = DEFAULT_LIMITS,
 ) -> None:
     """Serves until a stop signal, then stops gracefully: no new calls, ``before_stop``
     (background work winds down), ``on_stop``. ``background`` coroutines (the audit
@@ -49,6 +51,7 @@ async def serve(
         tls,
         also_listen,
         metrics,
+        admission,
     )
     await server.start()
     tasks = [asyncio.create_task(work()) for work in background]

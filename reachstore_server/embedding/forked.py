@@ -16,6 +16,7 @@ import atexit
 import collections
 import logging
 import multiprocessing
+import os
 import queue
 import threading
 from collections.abc import Callable, Sequence
@@ -31,6 +32,10 @@ log = logging.getLogger(__name__)
 
 # Below this many texts per copy, sending the work costs more than it saves.
 MIN_TEXTS_PER_COPY = 4
+# The copies run this much nicer than the services: on a machine they share, a query waiting
+# for a core gets it before a document waiting to be embedded (docs/OPERATIONS.md, "Load
+# shedding"). Alone on the machine, the copies still get every idle cycle.
+EMBED_NICENESS = 10
 
 
 def _serve(conn: Connection, embedder: Embedder, parent_ends: list[Connection]) -> None:
@@ -39,6 +44,7 @@ def _serve(conn: Connection, embedder: Embedder, parent_ends: list[Connection]) 
     holding one would keep that pipe open after the parent died, and wait on it forever."""
     for end in parent_ends:
         end.close()
+    os.nice(EMBED_NICENESS)
     while True:
         try:
             texts = conn.recv()

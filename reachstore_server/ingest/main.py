@@ -61,7 +61,9 @@ def main() -> None:
     )
     thread = threading.Thread(target=worker.run, name="ingest-worker", daemon=True)
     thread.start()
-    servicer = IngestServicer(store, tasks, embedder, worker.wake, settings.limits)
+    servicer = IngestServicer(
+        store, tasks, embedder, worker.wake, settings.limits, settings.ingest_max_queue_s
+    )
     keys = KeyServicer(KeyStore(sessions))
     registries = component_registries()
     registries.served.register(QueueGauges(tasks))
@@ -93,6 +95,7 @@ def main() -> None:
             background=shipping,
             tls=settings.tls,
             metrics=RpcMetrics(registries.own),
+            admission=settings.admission,
         )
     )
 

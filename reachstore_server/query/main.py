@@ -115,6 +115,7 @@ async def _run(settings: Settings) -> None:
         tls=settings.tls,
         also_listen=settings.also_listen,
         metrics=RpcMetrics(metrics.registries.own),
+        admission=settings.admission,
         authenticator=authenticator_for(
             make_sessions(engine),
             [query_service_pb2.DESCRIPTOR.services_by_name["QueryService"]],

@@ -73,6 +73,7 @@ async def _run(
     registries = component_registries()
     metrics = ReachMetrics(registries.served)
     metrics.count_states_from(store.count_by_state)
+    metrics.measure_lag_from(store.behind_by_channel)
     if settings.metrics_listen:
         metrics.serve(settings.metrics_listen, settings.http_allowed_hosts, settings.tls)
     changes = TaskChanges()
@@ -126,6 +127,7 @@ async def _run(
         background=shipping,
         tls=settings.tls,
         metrics=RpcMetrics(registries.own),
+        admission=settings.admission,
     )
 
 

@@ -37,6 +37,22 @@ class _StateCounts(Collector):
         yield family
 
 
+class _Behind(Collector):
+    def __init__(self, behind: Callable[[], dict[str, float]]) -> None:
+        self._behind = behind
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "reachstore_reach_behind_seconds",
+            "How long the oldest due action of each channel has been due: how far behind "
+            "the workers are (a channel with nothing due is absent).",
+            labels=["channel"],
+        )
+        for channel, seconds in sorted(self._behind().items()):
+            family.add_metric([channel], seconds)
+        yield family
+
+
 class ReachMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
@@ -81,6 +97,9 @@ class ReachMetrics:
 
     def count_states_from(self, counts: Callable[[], dict[tuple[str, str], int]]) -> None:
         self.registry.register(_StateCounts(counts))
+
+    def measure_lag_from(self, behind: Callable[[], dict[str, float]]) -> None:
+        self.registry.register(_Behind(behind))
 
     def serve(self, address: str, allowed_hosts: Iterable[str] = (), tls: TlsFiles = PLAIN) -> None:
         """Exposes the metrics in Prometheus text format at http://address/metrics, to

@@ -581,6 +581,19 @@ class ReachStore:
             )
             return {(c, s): n for c, s, n in rows}
 
+    def behind_by_channel(self) -> dict[str, float]:
+        """channel -> how long its oldest due action has been due (seconds, by the
+        database's clock), for channels with an action due now: how far behind the
+        workers are with that channel's queue (docs/OPERATIONS.md, "Load shedding")."""
+        with self._sessions() as session:
+            now = db_clock(session)
+            rows = session.execute(
+                select(ReachActionRow.channel, func.min(ReachActionRow.next_at))
+                .where(ReachActionRow.state.in_(st.DUE_STATES), ReachActionRow.next_at <= now)
+                .group_by(ReachActionRow.channel)
+            )
+            return {channel: max(0.0, now - oldest) for channel, oldest in rows}
+
     def list_actions(
         self,
         tenant: str,

@@ -7,6 +7,8 @@ keeps serving other calls meanwhile.
 from __future__ import annotations
 
 import asyncio
+import math
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from typing import TypeVar
@@ -23,9 +25,12 @@ from reachstore_server.embedding import Embedder
 from reachstore_server.ingest.api.convert import namespace_to_pb, task_to_pb
 from reachstore_server.storage.records import Usage
 from reachstore_server.storage.repository import NamespaceExists, NamespaceInfo, SemanticStore
-from reachstore_server.storage.tasks import NewTask, TaskInfo, TaskStore
+from reachstore_server.storage.tasks import QUEUED, NewTask, TaskInfo, TaskStore
 
 T = TypeVar("T")
+
+# How often the queue is read for the backlog check (``IngestServicer._check_backlog``).
+BACKLOG_READ_EVERY_S = 1.0
 
 _ON_DUPLICATE: dict[int, str] = {
     pb.ON_DUPLICATE_UNSPECIFIED: "error",
@@ -71,8 +76,14 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
         embedder: Embedder,
         wake_worker: Callable[[], None],
         quotas: limits.Limits | None = None,
+        max_queue_s: float = 300.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._quotas = quotas or limits.Limits()
+        self._max_queue_s = max_queue_s
+        self._clock = clock
+        # (when read, queued count, oldest queued wait in seconds): the queue as last read.
+        self._queue_seen: tuple[float, int, float] | None = None
         self._store = store
         self._tasks = tasks
         self._embedder = embedder
@@ -90,6 +101,33 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
         if info is None or not who.may_use(name):
             raise errors.namespace_unavailable(name)
         return info
+
+    async def _check_backlog(self) -> None:
+        """Refuses new documents while the oldest queued one has waited longer than
+        ``max_queue_s``: past that, accepting more only delays every later document further
+        (docs/OPERATIONS.md, "Load shedding"). The queue is read at most once a second, so
+        under a burst of writes the check costs one query a second, not one per call."""
+        now = self._clock()
+        if self._queue_seen is None or now - self._queue_seen[0] >= BACKLOG_READ_EVERY_S:
+            counts, waited = await self._run(self._tasks.queue)
+            self._queue_seen = (now, counts.get(QUEUED, 0), waited)
+        _, queued, waited = self._queue_seen
+        if waited <= self._max_queue_s:
+            return
+        # The queue must shed its excess wait before new work is worth taking: advise that
+        # long, within [1 s, max_queue_s].
+        retry_s = min(max(waited - self._max_queue_s, 1.0), self._max_queue_s)
+        raise errors.ReachstoreError(
+            errors.INGEST_BACKLOG,
+            f"the oldest of {queued} queued documents has waited {waited:.1f} s, more than "
+            f"{self._max_queue_s:g} s; retry in {retry_s:.1f} s",
+            retry_after_ms=math.ceil(retry_s * 1000),
+            structured_data={
+                "oldest_queued_s": round(waited, 1),
+                "max_queue_s": self._max_queue_s,
+                "queued": queued,
+            },
+        )
 
     # --- namespaces -------------------------------------------------------------------
 
@@ -166,6 +204,7 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
             raise errors.invalid("document", "is required")
         document_id = _check_document(request.document, "document")
         on_duplicate = _on_duplicate(request.on_duplicate)
+        await self._check_backlog()
         who = caller(context)
         new = NewTask(
             request.namespace,
@@ -213,6 +252,7 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
         docs = request.documents
         self._check_envelope(docs)
         on_duplicate = _on_duplicate(request.on_duplicate)
+        await self._check_backlog()
         namespace = await self._namespace(who, request.namespace, "namespace")
 
         results: list[pb.BatchDocumentResult] = []
