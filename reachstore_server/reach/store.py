@@ -592,7 +592,7 @@ class ReachStore:
                 .where(ReachActionRow.state.in_(st.DUE_STATES), ReachActionRow.next_at <= now)
                 .group_by(ReachActionRow.channel)
             )
-            return {channel: max(0.0, now - oldest) for channel, oldest in rows}
+            return {c: max(0.0, now - oldest) for c, oldest in rows if oldest is not None}
 
     def list_actions(
         self,
