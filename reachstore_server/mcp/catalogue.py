@@ -347,9 +347,10 @@ def tools_for(key: ApiKey, channels: Sequence[Channel], profile: ToolProfile) ->
     or the profile's order when it names them."""
     scopes = set(key.scopes)
     reach = [channel_tool(c) for c in sorted(channels, key=lambda c: c.name)]
-    candidates = [t for t in FIXED_TOOLS if t.name != "reach_status" or reach]
-    candidates += reach
-    allowed = [t for t in candidates if _may(t, scopes)]
+    reach = [t for t in reach if _may(t, scopes)]
+    # reach_status follows what a send_* tool reserved: shown beside them only.
+    fixed = [t for t in FIXED_TOOLS if _may(t, scopes) and (t.name != "reach_status" or reach)]
+    allowed = fixed + reach
     if profile.tools is not None:
         allowed = _in_profile_order(allowed, profile.tools)
     return allowed[: profile.max_tools] if profile.max_tools else allowed

@@ -64,9 +64,7 @@ class Connections:
         self._tls = tls
         self._timeout = timeout
         self._per_request = per_request
-        self._clients: collections.OrderedDict[str | None, AsyncClient] = (
-            collections.OrderedDict()
-        )
+        self._clients: collections.OrderedDict[str | None, AsyncClient] = collections.OrderedDict()
         self._closing: set[asyncio.Task[None]] = set()
 
     def _new(self, api_key: str | None) -> AsyncClient:

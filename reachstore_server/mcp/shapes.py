@@ -212,9 +212,7 @@ def coverage_note(answered: int, asked: int, noun: str, failures: Iterable[Failu
     """``2 of 3 namespaces answered; orders timed out, retry after 1.5 s``."""
     verb = "answered" if noun == "namespaces" else "accepted"
     head = f"{answered} of {asked} {noun} {verb}"
-    parts = [
-        _what_failed(f.namespace or f.document_id or f"#{f.batch_index}", f) for f in failures
-    ]
+    parts = [_what_failed(f.namespace or f.document_id or f"#{f.batch_index}", f) for f in failures]
     return f"{head}; {'; '.join(parts)}" if parts else f"{head}; complete"
 
 
