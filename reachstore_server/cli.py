@@ -37,6 +37,7 @@ from reachstore_server.cli_audit import add_audit_parser
 from reachstore_server.cli_client import add_client_parsers
 from reachstore_server.cli_client.exit_codes import TOP_LEVEL_HELP as EXIT_CODES_HELP
 from reachstore_server.cli_keys import add_keys_parser
+from reachstore_server.cli_mcp import add_mcp_parser
 from reachstore_server.cli_migrate import add_migrate_parser, describe
 from reachstore_server.cli_serve import add_serve_parser
 from reachstore_server.common.auth import LOCAL_TENANT, SERVICE_TENANT
@@ -605,6 +606,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_audit_parser(commands)
     add_serve_parser(commands)
     add_client_parsers(commands)
+    add_mcp_parser(commands)
     return parser
 
 

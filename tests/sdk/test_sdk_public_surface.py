@@ -70,6 +70,7 @@ OPERATIONS = {
     "wait_for_task",
     "create_key",
     "list_keys",
+    "current_key",
     "revoke_key",
     "submit_task",
     "reach",

@@ -320,6 +320,12 @@ def test_a_key_is_created_used_listed_and_revoked(
 
     with _connect(system, transport, api_key=created.secret) as reader:
         assert reader.search(["fast"], QUESTION).meta.namespaces_succeeded == ["fast"]
+        itself = reader.current_key()
+        assert (itself.key_id, itself.scopes, itself.namespaces) == (
+            created.key.key_id,
+            ["read"],
+            ["fast"],
+        )
         revoked = client.revoke_key(created.key.key_id)
         assert revoked.revoked
         with pytest.raises(AuthError) as refused:

@@ -23,9 +23,10 @@ LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 PURE = "Pure folders (query index, ingest domain, reach policy) import no gRPC, SQLAlchemy, protobuf or generated code"  # noqa: E501
 INDEPENDENT = "No service imports another service"
 BRIDGE = "The bridge imports no service, the store or the embedder"
+MCP = "The MCP server imports no service, the store, the embedder or the bridge"
 SHARED = "Shared modules import no service and no command"
 SDK = "The SDK imports nothing of the server"
-CONTRACTS = (PURE, INDEPENDENT, BRIDGE, SHARED, SDK)
+CONTRACTS = (PURE, INDEPENDENT, BRIDGE, MCP, SHARED, SDK)
 
 
 def _lint(packages: Path) -> tuple[int, str, dict[str, str]]:
@@ -106,6 +107,9 @@ VIOLATIONS = [
         "from reachstore_server.audit_client import outbox",
         BRIDGE,
     ),
+    ("reachstore_server/mcp/stray.py", "from reachstore_server.reach import config", MCP),
+    ("reachstore_server/mcp/stray.py", "from reachstore_server.bridge import routes", MCP),
+    ("reachstore_server/common/stray.py", "from reachstore_server.mcp import server", SHARED),
     (
         "reachstore_server/audit_client/stray.py",
         "from reachstore_server.audit import chain",

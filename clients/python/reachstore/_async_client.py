@@ -271,6 +271,9 @@ class AsyncClient:
     ) -> AsyncIterator[ApiKey]:
         return aiterate(self._run, self._ops.key_pages(page_size, timeout))
 
+    async def current_key(self, *, timeout: float | None = None) -> ApiKey:
+        return await self._run(self._ops.current_key(timeout))
+
     async def revoke_key(self, key_id: str, *, timeout: float | None = None) -> ApiKey:
         return await self._run(self._ops.revoke_key(key_id, timeout))
 

@@ -319,6 +319,12 @@ class Client:
         """The tenant's keys in id order, without secrets, page by page as iterated."""
         return iterate(self._run, self._ops.key_pages(page_size, timeout))
 
+    def current_key(self, *, timeout: float | None = None) -> ApiKey:
+        """The key this client calls with, without its secret: its tenant, scopes, grants,
+        channel allow-list, groups and expiry (read scope). The keyless local caller gets
+        its tenant and scopes, with an empty ``key_id``."""
+        return self._run(self._ops.current_key(timeout))
+
     def revoke_key(self, key_id: str, *, timeout: float | None = None) -> ApiKey:
         """Revokes a key; calls made with it fail from then on. Repeating is harmless."""
         return self._run(self._ops.revoke_key(key_id, timeout))

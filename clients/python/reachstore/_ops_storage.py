@@ -303,6 +303,15 @@ class StorageOperations(OperationsBase):
 
         return page
 
+    def current_key(self, timeout: float | None) -> Flow[ApiKey]:
+        response = yield from self._call(
+            "KeyService.GetCurrentKey",
+            key_pb2.GetCurrentKeyRequest(),
+            key_pb2.GetCurrentKeyResponse,
+            timeout,
+        )
+        return _convert.api_key_from_pb(response.key)
+
     def revoke_key(self, key_id: str, timeout: float | None) -> Flow[ApiKey]:
         response = yield from self._call(
             "KeyService.RevokeKey",

@@ -12,7 +12,7 @@ from reachstore.admin.v1 import key_service_pb2 as pb
 from reachstore.admin.v1 import key_service_pb2_grpc as pb_grpc
 from reachstore_server.admin.api.key_bounds import bounded, manages
 from reachstore_server.common import errors, names, paging
-from reachstore_server.common.auth import SCOPES
+from reachstore_server.common.auth import SCOPES, Caller
 from reachstore_server.common.identity import caller
 from reachstore_server.common.timefmt import rfc3339
 from reachstore_server.storage.keys import KeyRecord, KeySpec, KeyStore
@@ -36,6 +36,18 @@ def key_to_pb(record: KeyRecord) -> pb.ApiKey:
         created_at=rfc3339(record.created_at),
         expires_at=rfc3339(record.expires_at) if record.expires_at else "",
         revoked_at=rfc3339(record.revoked_at) if record.revoked_at else "",
+    )
+
+
+def _caller_to_pb(who: Caller) -> pb.ApiKey:
+    return pb.ApiKey(
+        key_id=who.key_id,
+        tenant=who.tenant,
+        scopes=sorted(who.scopes),
+        namespaces=who.namespaces,
+        channels=who.channels,
+        groups=who.groups,
+        expires_at=rfc3339(who.expires_at) if who.expires_at else "",
     )
 
 
@@ -117,6 +129,15 @@ class KeyServicer(pb_grpc.KeyServiceServicer):
         # Keys outside a restricted key's grants are left out, so a page may come back short.
         shown = [key_to_pb(r) for r in page if manages(who, r)]
         return pb.ListKeysResponse(keys=shown, next_page_token=token)
+
+    async def GetCurrentKey(
+        self, request: pb.GetCurrentKeyRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetCurrentKeyResponse:
+        who = caller(context)
+        record = await asyncio.to_thread(self._keys.find, who.key_id) if who.key_id else None
+        if record is None:  # the keyless local caller: no stored key to show
+            return pb.GetCurrentKeyResponse(key=_caller_to_pb(who))
+        return pb.GetCurrentKeyResponse(key=key_to_pb(record))
 
     async def RevokeKey(
         self, request: pb.RevokeKeyRequest, context: grpc.aio.ServicerContext

@@ -27,7 +27,7 @@ from reachstore.common.v1 import access_pb2 as reachstore_dot_common_dot_v1_dot_
 from reachstore.common.v1 import partial_failure_pb2 as reachstore_dot_common_dot_v1_dot_partial__failure__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%reachstore/admin/v1/key_service.proto\x12\x13reachstore.admin.v1\x1a\x1cgoogle/api/annotations.proto\x1a!reachstore/common/v1/access.proto\x1a*reachstore/common/v1/partial_failure.proto\"\xb8\x01\n\x06\x41piKey\x12\x0e\n\x06key_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x0e\n\x06scopes\x18\x04 \x03(\t\x12\x12\n\nnamespaces\x18\x05 \x03(\t\x12\x12\n\ncreated_at\x18\x06 \x01(\t\x12\x12\n\nexpires_at\x18\x07 \x01(\t\x12\x12\n\nrevoked_at\x18\x08 \x01(\t\x12\x10\n\x08\x63hannels\x18\t \x03(\t\x12\x0e\n\x06groups\x18\n \x03(\t\"{\n\x10\x43reateKeyRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06scopes\x18\x02 \x03(\t\x12\x12\n\nnamespaces\x18\x03 \x03(\t\x12\x13\n\x0bttl_seconds\x18\x04 \x01(\x03\x12\x10\n\x08\x63hannels\x18\x05 \x03(\t\x12\x0e\n\x06groups\x18\x06 \x03(\t\"\x8d\x01\n\x11\x43reateKeyResponse\x12(\n\x03key\x18\x01 \x01(\x0b\x32\x1b.reachstore.admin.v1.ApiKey\x12\x0e\n\x06secret\x18\x02 \x01(\t\x12>\n\x10partial_failures\x18\x03 \x03(\x0b\x32$.reachstore.common.v1.PartialFailure\"8\n\x0fListKeysRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"\x96\x01\n\x10ListKeysResponse\x12)\n\x04keys\x18\x01 \x03(\x0b\x32\x1b.reachstore.admin.v1.ApiKey\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12>\n\x10partial_failures\x18\x03 \x03(\x0b\x32$.reachstore.common.v1.PartialFailure\"\"\n\x10RevokeKeyRequest\x12\x0e\n\x06key_id\x18\x01 \x01(\t\"}\n\x11RevokeKeyResponse\x12(\n\x03key\x18\x01 \x01(\x0b\x32\x1b.reachstore.admin.v1.ApiKey\x12>\n\x10partial_failures\x18\x02 \x03(\x0b\x32$.reachstore.common.v1.PartialFailure2\x97\x03\n\nKeyService\x12|\n\tCreateKey\x12%.reachstore.admin.v1.CreateKeyRequest\x1a&.reachstore.admin.v1.CreateKeyResponse\" \xca\xf3\x18\x05\x61\x64min\x82\xd3\xe4\x93\x02\x11\"\x0c/api/v1/keys:\x01*\x12y\n\x08ListKeys\x12$.reachstore.admin.v1.ListKeysRequest\x1a%.reachstore.admin.v1.ListKeysResponse\" \x90\x02\x01\xca\xf3\x18\x05\x61\x64min\x82\xd3\xe4\x93\x02\x0e\x12\x0c/api/v1/keys\x12\x8f\x01\n\tRevokeKey\x12%.reachstore.admin.v1.RevokeKeyRequest\x1a&.reachstore.admin.v1.RevokeKeyResponse\"3\x90\x02\x02\xca\xf3\x18\x05\x61\x64min\x82\xd3\xe4\x93\x02!\"\x1c/api/v1/keys/{key_id}:revoke:\x01*BEZCgithub.com/reachstore/reachstore/gen/go/reachstore/admin/v1;adminv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%reachstore/admin/v1/key_service.proto\x12\x13reachstore.admin.v1\x1a\x1cgoogle/api/annotations.proto\x1a!reachstore/common/v1/access.proto\x1a*reachstore/common/v1/partial_failure.proto\"\xb8\x01\n\x06\x41piKey\x12\x0e\n\x06key_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x0e\n\x06scopes\x18\x04 \x03(\t\x12\x12\n\nnamespaces\x18\x05 \x03(\t\x12\x12\n\ncreated_at\x18\x06 \x01(\t\x12\x12\n\nexpires_at\x18\x07 \x01(\t\x12\x12\n\nrevoked_at\x18\x08 \x01(\t\x12\x10\n\x08\x63hannels\x18\t \x03(\t\x12\x0e\n\x06groups\x18\n \x03(\t\"{\n\x10\x43reateKeyRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06scopes\x18\x02 \x03(\t\x12\x12\n\nnamespaces\x18\x03 \x03(\t\x12\x13\n\x0bttl_seconds\x18\x04 \x01(\x03\x12\x10\n\x08\x63hannels\x18\x05 \x03(\t\x12\x0e\n\x06groups\x18\x06 \x03(\t\"\x8d\x01\n\x11\x43reateKeyResponse\x12(\n\x03key\x18\x01 \x01(\x0b\x32\x1b.reachstore.admin.v1.ApiKey\x12\x0e\n\x06secret\x18\x02 \x01(\t\x12>\n\x10partial_failures\x18\x03 \x03(\x0b\x32$.reachstore.common.v1.PartialFailure\"8\n\x0fListKeysRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"\x96\x01\n\x10ListKeysResponse\x12)\n\x04keys\x18\x01 \x03(\x0b\x32\x1b.reachstore.admin.v1.ApiKey\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12>\n\x10partial_failures\x18\x03 \x03(\x0b\x32$.reachstore.common.v1.PartialFailure\"\x16\n\x14GetCurrentKeyRequest\"\x81\x01\n\x15GetCurrentKeyResponse\x12(\n\x03key\x18\x01 \x01(\x0b\x32\x1b.reachstore.admin.v1.ApiKey\x12>\n\x10partial_failures\x18\x02 \x03(\x0b\x32$.reachstore.common.v1.PartialFailure\"\"\n\x10RevokeKeyRequest\x12\x0e\n\x06key_id\x18\x01 \x01(\t\"}\n\x11RevokeKeyResponse\x12(\n\x03key\x18\x01 \x01(\x0b\x32\x1b.reachstore.admin.v1.ApiKey\x12>\n\x10partial_failures\x18\x02 \x03(\x0b\x32$.reachstore.common.v1.PartialFailure2\xa9\x04\n\nKeyService\x12|\n\tCreateKey\x12%.reachstore.admin.v1.CreateKeyRequest\x1a&.reachstore.admin.v1.CreateKeyResponse\" \xca\xf3\x18\x05\x61\x64min\x82\xd3\xe4\x93\x02\x11\"\x0c/api/v1/keys:\x01*\x12y\n\x08ListKeys\x12$.reachstore.admin.v1.ListKeysRequest\x1a%.reachstore.admin.v1.ListKeysResponse\" \x90\x02\x01\xca\xf3\x18\x05\x61\x64min\x82\xd3\xe4\x93\x02\x0e\x12\x0c/api/v1/keys\x12\x8f\x01\n\rGetCurrentKey\x12).reachstore.admin.v1.GetCurrentKeyRequest\x1a*.reachstore.admin.v1.GetCurrentKeyResponse\"\'\x90\x02\x01\xca\xf3\x18\x04read\x82\xd3\xe4\x93\x02\x16\x12\x14/api/v1/keys:current\x12\x8f\x01\n\tRevokeKey\x12%.reachstore.admin.v1.RevokeKeyRequest\x1a&.reachstore.admin.v1.RevokeKeyResponse\"3\x90\x02\x02\xca\xf3\x18\x05\x61\x64min\x82\xd3\xe4\x93\x02!\"\x1c/api/v1/keys/{key_id}:revoke:\x01*BEZCgithub.com/reachstore/reachstore/gen/go/reachstore/admin/v1;adminv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,6 +39,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_KEYSERVICE'].methods_by_name['CreateKey']._serialized_options = b'\312\363\030\005admin\202\323\344\223\002\021\"\014/api/v1/keys:\001*'
   _globals['_KEYSERVICE'].methods_by_name['ListKeys']._loaded_options = None
   _globals['_KEYSERVICE'].methods_by_name['ListKeys']._serialized_options = b'\220\002\001\312\363\030\005admin\202\323\344\223\002\016\022\014/api/v1/keys'
+  _globals['_KEYSERVICE'].methods_by_name['GetCurrentKey']._loaded_options = None
+  _globals['_KEYSERVICE'].methods_by_name['GetCurrentKey']._serialized_options = b'\220\002\001\312\363\030\004read\202\323\344\223\002\026\022\024/api/v1/keys:current'
   _globals['_KEYSERVICE'].methods_by_name['RevokeKey']._loaded_options = None
   _globals['_KEYSERVICE'].methods_by_name['RevokeKey']._serialized_options = b'\220\002\002\312\363\030\005admin\202\323\344\223\002!\"\034/api/v1/keys/{key_id}:revoke:\001*'
   _globals['_APIKEY']._serialized_start=172
@@ -51,10 +53,14 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LISTKEYSREQUEST']._serialized_end=683
   _globals['_LISTKEYSRESPONSE']._serialized_start=686
   _globals['_LISTKEYSRESPONSE']._serialized_end=836
-  _globals['_REVOKEKEYREQUEST']._serialized_start=838
-  _globals['_REVOKEKEYREQUEST']._serialized_end=872
-  _globals['_REVOKEKEYRESPONSE']._serialized_start=874
-  _globals['_REVOKEKEYRESPONSE']._serialized_end=999
-  _globals['_KEYSERVICE']._serialized_start=1002
-  _globals['_KEYSERVICE']._serialized_end=1409
+  _globals['_GETCURRENTKEYREQUEST']._serialized_start=838
+  _globals['_GETCURRENTKEYREQUEST']._serialized_end=860
+  _globals['_GETCURRENTKEYRESPONSE']._serialized_start=863
+  _globals['_GETCURRENTKEYRESPONSE']._serialized_end=992
+  _globals['_REVOKEKEYREQUEST']._serialized_start=994
+  _globals['_REVOKEKEYREQUEST']._serialized_end=1028
+  _globals['_REVOKEKEYRESPONSE']._serialized_start=1030
+  _globals['_REVOKEKEYRESPONSE']._serialized_end=1155
+  _globals['_KEYSERVICE']._serialized_start=1158
+  _globals['_KEYSERVICE']._serialized_end=1711
 # @@protoc_insertion_point(module_scope)

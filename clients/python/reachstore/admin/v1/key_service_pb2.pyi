@@ -77,6 +77,18 @@ class ListKeysResponse(_message.Message):
     partial_failures: _containers.RepeatedCompositeFieldContainer[_partial_failure_pb2.PartialFailure]
     def __init__(self, keys: _Optional[_Iterable[_Union[ApiKey, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., partial_failures: _Optional[_Iterable[_Union[_partial_failure_pb2.PartialFailure, _Mapping]]] = ...) -> None: ...
 
+class GetCurrentKeyRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetCurrentKeyResponse(_message.Message):
+    __slots__ = ("key", "partial_failures")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    PARTIAL_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    key: ApiKey
+    partial_failures: _containers.RepeatedCompositeFieldContainer[_partial_failure_pb2.PartialFailure]
+    def __init__(self, key: _Optional[_Union[ApiKey, _Mapping]] = ..., partial_failures: _Optional[_Iterable[_Union[_partial_failure_pb2.PartialFailure, _Mapping]]] = ...) -> None: ...
+
 class RevokeKeyRequest(_message.Message):
     __slots__ = ("key_id",)
     KEY_ID_FIELD_NUMBER: _ClassVar[int]

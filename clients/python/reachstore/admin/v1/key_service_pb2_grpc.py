@@ -46,6 +46,11 @@ class KeyServiceStub:
                 request_serializer=reachstore_dot_admin_dot_v1_dot_key__service__pb2.ListKeysRequest.SerializeToString,
                 response_deserializer=reachstore_dot_admin_dot_v1_dot_key__service__pb2.ListKeysResponse.FromString,
                 _registered_method=True)
+        self.GetCurrentKey = channel.unary_unary(
+                '/reachstore.admin.v1.KeyService/GetCurrentKey',
+                request_serializer=reachstore_dot_admin_dot_v1_dot_key__service__pb2.GetCurrentKeyRequest.SerializeToString,
+                response_deserializer=reachstore_dot_admin_dot_v1_dot_key__service__pb2.GetCurrentKeyResponse.FromString,
+                _registered_method=True)
         self.RevokeKey = channel.unary_unary(
                 '/reachstore.admin.v1.KeyService/RevokeKey',
                 request_serializer=reachstore_dot_admin_dot_v1_dot_key__service__pb2.RevokeKeyRequest.SerializeToString,
@@ -72,6 +77,16 @@ class KeyServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetCurrentKey(self, request, context):
+        """The key making the call, without its secret: what it may do (scopes, namespace
+        grants, channel allow-list, groups) and until when, so a client can offer only what
+        the key can use. Any key with the read scope may read itself; the keyless local caller
+        of a development system gets its own description, with an empty key id.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def RevokeKey(self, request, context):
         """Revokes a key of the caller's tenant; calls with it fail from then on.
         """
@@ -91,6 +106,11 @@ def add_KeyServiceServicer_to_server(servicer, server):
                     servicer.ListKeys,
                     request_deserializer=reachstore_dot_admin_dot_v1_dot_key__service__pb2.ListKeysRequest.FromString,
                     response_serializer=reachstore_dot_admin_dot_v1_dot_key__service__pb2.ListKeysResponse.SerializeToString,
+            ),
+            'GetCurrentKey': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetCurrentKey,
+                    request_deserializer=reachstore_dot_admin_dot_v1_dot_key__service__pb2.GetCurrentKeyRequest.FromString,
+                    response_serializer=reachstore_dot_admin_dot_v1_dot_key__service__pb2.GetCurrentKeyResponse.SerializeToString,
             ),
             'RevokeKey': grpc.unary_unary_rpc_method_handler(
                     servicer.RevokeKey,
@@ -154,6 +174,33 @@ class KeyService:
             '/reachstore.admin.v1.KeyService/ListKeys',
             reachstore_dot_admin_dot_v1_dot_key__service__pb2.ListKeysRequest.SerializeToString,
             reachstore_dot_admin_dot_v1_dot_key__service__pb2.ListKeysResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetCurrentKey(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/reachstore.admin.v1.KeyService/GetCurrentKey',
+            reachstore_dot_admin_dot_v1_dot_key__service__pb2.GetCurrentKeyRequest.SerializeToString,
+            reachstore_dot_admin_dot_v1_dot_key__service__pb2.GetCurrentKeyResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -21,6 +21,11 @@ type KeyServiceClient interface {
 	CreateKey(ctx context.Context, in *CreateKeyRequest, opts ...grpc.CallOption) (*CreateKeyResponse, error)
 	// Lists the keys of the caller's tenant, without their secrets.
 	ListKeys(ctx context.Context, in *ListKeysRequest, opts ...grpc.CallOption) (*ListKeysResponse, error)
+	// The key making the call, without its secret: what it may do (scopes, namespace
+	// grants, channel allow-list, groups) and until when, so a client can offer only what
+	// the key can use. Any key with the read scope may read itself; the keyless local caller
+	// of a development system gets its own description, with an empty key id.
+	GetCurrentKey(ctx context.Context, in *GetCurrentKeyRequest, opts ...grpc.CallOption) (*GetCurrentKeyResponse, error)
 	// Revokes a key of the caller's tenant; calls with it fail from then on.
 	RevokeKey(ctx context.Context, in *RevokeKeyRequest, opts ...grpc.CallOption) (*RevokeKeyResponse, error)
 }
@@ -51,6 +56,15 @@ func (c *keyServiceClient) ListKeys(ctx context.Context, in *ListKeysRequest, op
 	return out, nil
 }
 
+func (c *keyServiceClient) GetCurrentKey(ctx context.Context, in *GetCurrentKeyRequest, opts ...grpc.CallOption) (*GetCurrentKeyResponse, error) {
+	out := new(GetCurrentKeyResponse)
+	err := c.cc.Invoke(ctx, "/reachstore.admin.v1.KeyService/GetCurrentKey", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *keyServiceClient) RevokeKey(ctx context.Context, in *RevokeKeyRequest, opts ...grpc.CallOption) (*RevokeKeyResponse, error) {
 	out := new(RevokeKeyResponse)
 	err := c.cc.Invoke(ctx, "/reachstore.admin.v1.KeyService/RevokeKey", in, out, opts...)
@@ -68,6 +82,11 @@ type KeyServiceServer interface {
 	CreateKey(context.Context, *CreateKeyRequest) (*CreateKeyResponse, error)
 	// Lists the keys of the caller's tenant, without their secrets.
 	ListKeys(context.Context, *ListKeysRequest) (*ListKeysResponse, error)
+	// The key making the call, without its secret: what it may do (scopes, namespace
+	// grants, channel allow-list, groups) and until when, so a client can offer only what
+	// the key can use. Any key with the read scope may read itself; the keyless local caller
+	// of a development system gets its own description, with an empty key id.
+	GetCurrentKey(context.Context, *GetCurrentKeyRequest) (*GetCurrentKeyResponse, error)
 	// Revokes a key of the caller's tenant; calls with it fail from then on.
 	RevokeKey(context.Context, *RevokeKeyRequest) (*RevokeKeyResponse, error)
 	mustEmbedUnimplementedKeyServiceServer()
@@ -82,6 +101,9 @@ func (UnimplementedKeyServiceServer) CreateKey(context.Context, *CreateKeyReques
 }
 func (UnimplementedKeyServiceServer) ListKeys(context.Context, *ListKeysRequest) (*ListKeysResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ListKeys not implemented")
+}
+func (UnimplementedKeyServiceServer) GetCurrentKey(context.Context, *GetCurrentKeyRequest) (*GetCurrentKeyResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GetCurrentKey not implemented")
 }
 func (UnimplementedKeyServiceServer) RevokeKey(context.Context, *RevokeKeyRequest) (*RevokeKeyResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method RevokeKey not implemented")
@@ -135,6 +157,24 @@ func _KeyService_ListKeys_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _KeyService_GetCurrentKey_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetCurrentKeyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(KeyServiceServer).GetCurrentKey(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/reachstore.admin.v1.KeyService/GetCurrentKey",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(KeyServiceServer).GetCurrentKey(ctx, req.(*GetCurrentKeyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _KeyService_RevokeKey_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(RevokeKeyRequest)
 	if err := dec(in); err != nil {
@@ -164,6 +204,10 @@ var _KeyService_serviceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListKeys",
 			Handler:    _KeyService_ListKeys_Handler,
+		},
+		{
+			MethodName: "GetCurrentKey",
+			Handler:    _KeyService_GetCurrentKey_Handler,
 		},
 		{
 			MethodName: "RevokeKey",

@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file reachstore/admin/v1/key_service.proto.
  */
 export const file_reachstore_admin_v1_key_service: GenFile = /*@__PURE__*/
-  fileDesc("CiVyZWFjaHN0b3JlL2FkbWluL3YxL2tleV9zZXJ2aWNlLnByb3RvEhNyZWFjaHN0b3JlLmFkbWluLnYxIrgBCgZBcGlLZXkSDgoGa2V5X2lkGAEgASgJEg4KBnRlbmFudBgCIAEoCRIMCgRuYW1lGAMgASgJEg4KBnNjb3BlcxgEIAMoCRISCgpuYW1lc3BhY2VzGAUgAygJEhIKCmNyZWF0ZWRfYXQYBiABKAkSEgoKZXhwaXJlc19hdBgHIAEoCRISCgpyZXZva2VkX2F0GAggASgJEhAKCGNoYW5uZWxzGAkgAygJEg4KBmdyb3VwcxgKIAMoCSJ7ChBDcmVhdGVLZXlSZXF1ZXN0EgwKBG5hbWUYASABKAkSDgoGc2NvcGVzGAIgAygJEhIKCm5hbWVzcGFjZXMYAyADKAkSEwoLdHRsX3NlY29uZHMYBCABKAMSEAoIY2hhbm5lbHMYBSADKAkSDgoGZ3JvdXBzGAYgAygJIo0BChFDcmVhdGVLZXlSZXNwb25zZRIoCgNrZXkYASABKAsyGy5yZWFjaHN0b3JlLmFkbWluLnYxLkFwaUtleRIOCgZzZWNyZXQYAiABKAkSPgoQcGFydGlhbF9mYWlsdXJlcxgDIAMoCzIkLnJlYWNoc3RvcmUuY29tbW9uLnYxLlBhcnRpYWxGYWlsdXJlIjgKD0xpc3RLZXlzUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCSKWAQoQTGlzdEtleXNSZXNwb25zZRIpCgRrZXlzGAEgAygLMhsucmVhY2hzdG9yZS5hZG1pbi52MS5BcGlLZXkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJEj4KEHBhcnRpYWxfZmFpbHVyZXMYAyADKAsyJC5yZWFjaHN0b3JlLmNvbW1vbi52MS5QYXJ0aWFsRmFpbHVyZSIiChBSZXZva2VLZXlSZXF1ZXN0Eg4KBmtleV9pZBgBIAEoCSJ9ChFSZXZva2VLZXlSZXNwb25zZRIoCgNrZXkYASABKAsyGy5yZWFjaHN0b3JlLmFkbWluLnYxLkFwaUtleRI+ChBwYXJ0aWFsX2ZhaWx1cmVzGAIgAygLMiQucmVhY2hzdG9yZS5jb21tb24udjEuUGFydGlhbEZhaWx1cmUylwMKCktleVNlcnZpY2USfAoJQ3JlYXRlS2V5EiUucmVhY2hzdG9yZS5hZG1pbi52MS5DcmVhdGVLZXlSZXF1ZXN0GiYucmVhY2hzdG9yZS5hZG1pbi52MS5DcmVhdGVLZXlSZXNwb25zZSIgyvMYBWFkbWlugtPkkwIROgEqIgwvYXBpL3YxL2tleXMSeQoITGlzdEtleXMSJC5yZWFjaHN0b3JlLmFkbWluLnYxLkxpc3RLZXlzUmVxdWVzdBolLnJlYWNoc3RvcmUuYWRtaW4udjEuTGlzdEtleXNSZXNwb25zZSIgkAIByvMYBWFkbWlugtPkkwIOEgwvYXBpL3YxL2tleXMSjwEKCVJldm9rZUtleRIlLnJlYWNoc3RvcmUuYWRtaW4udjEuUmV2b2tlS2V5UmVxdWVzdBomLnJlYWNoc3RvcmUuYWRtaW4udjEuUmV2b2tlS2V5UmVzcG9uc2UiM5ACAsrzGAVhZG1pboLT5JMCIToBKiIcL2FwaS92MS9rZXlzL3trZXlfaWR9OnJldm9rZUJFWkNnaXRodWIuY29tL3JlYWNoc3RvcmUvcmVhY2hzdG9yZS9nZW4vZ28vcmVhY2hzdG9yZS9hZG1pbi92MTthZG1pbnYxYgZwcm90bzM", [file_google_api_annotations, file_reachstore_common_v1_access, file_reachstore_common_v1_partial_failure]);
+  fileDesc("CiVyZWFjaHN0b3JlL2FkbWluL3YxL2tleV9zZXJ2aWNlLnByb3RvEhNyZWFjaHN0b3JlLmFkbWluLnYxIrgBCgZBcGlLZXkSDgoGa2V5X2lkGAEgASgJEg4KBnRlbmFudBgCIAEoCRIMCgRuYW1lGAMgASgJEg4KBnNjb3BlcxgEIAMoCRISCgpuYW1lc3BhY2VzGAUgAygJEhIKCmNyZWF0ZWRfYXQYBiABKAkSEgoKZXhwaXJlc19hdBgHIAEoCRISCgpyZXZva2VkX2F0GAggASgJEhAKCGNoYW5uZWxzGAkgAygJEg4KBmdyb3VwcxgKIAMoCSJ7ChBDcmVhdGVLZXlSZXF1ZXN0EgwKBG5hbWUYASABKAkSDgoGc2NvcGVzGAIgAygJEhIKCm5hbWVzcGFjZXMYAyADKAkSEwoLdHRsX3NlY29uZHMYBCABKAMSEAoIY2hhbm5lbHMYBSADKAkSDgoGZ3JvdXBzGAYgAygJIo0BChFDcmVhdGVLZXlSZXNwb25zZRIoCgNrZXkYASABKAsyGy5yZWFjaHN0b3JlLmFkbWluLnYxLkFwaUtleRIOCgZzZWNyZXQYAiABKAkSPgoQcGFydGlhbF9mYWlsdXJlcxgDIAMoCzIkLnJlYWNoc3RvcmUuY29tbW9uLnYxLlBhcnRpYWxGYWlsdXJlIjgKD0xpc3RLZXlzUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCSKWAQoQTGlzdEtleXNSZXNwb25zZRIpCgRrZXlzGAEgAygLMhsucmVhY2hzdG9yZS5hZG1pbi52MS5BcGlLZXkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJEj4KEHBhcnRpYWxfZmFpbHVyZXMYAyADKAsyJC5yZWFjaHN0b3JlLmNvbW1vbi52MS5QYXJ0aWFsRmFpbHVyZSIWChRHZXRDdXJyZW50S2V5UmVxdWVzdCKBAQoVR2V0Q3VycmVudEtleVJlc3BvbnNlEigKA2tleRgBIAEoCzIbLnJlYWNoc3RvcmUuYWRtaW4udjEuQXBpS2V5Ej4KEHBhcnRpYWxfZmFpbHVyZXMYAiADKAsyJC5yZWFjaHN0b3JlLmNvbW1vbi52MS5QYXJ0aWFsRmFpbHVyZSIiChBSZXZva2VLZXlSZXF1ZXN0Eg4KBmtleV9pZBgBIAEoCSJ9ChFSZXZva2VLZXlSZXNwb25zZRIoCgNrZXkYASABKAsyGy5yZWFjaHN0b3JlLmFkbWluLnYxLkFwaUtleRI+ChBwYXJ0aWFsX2ZhaWx1cmVzGAIgAygLMiQucmVhY2hzdG9yZS5jb21tb24udjEuUGFydGlhbEZhaWx1cmUyqQQKCktleVNlcnZpY2USfAoJQ3JlYXRlS2V5EiUucmVhY2hzdG9yZS5hZG1pbi52MS5DcmVhdGVLZXlSZXF1ZXN0GiYucmVhY2hzdG9yZS5hZG1pbi52MS5DcmVhdGVLZXlSZXNwb25zZSIgyvMYBWFkbWlugtPkkwIROgEqIgwvYXBpL3YxL2tleXMSeQoITGlzdEtleXMSJC5yZWFjaHN0b3JlLmFkbWluLnYxLkxpc3RLZXlzUmVxdWVzdBolLnJlYWNoc3RvcmUuYWRtaW4udjEuTGlzdEtleXNSZXNwb25zZSIgkAIByvMYBWFkbWlugtPkkwIOEgwvYXBpL3YxL2tleXMSjwEKDUdldEN1cnJlbnRLZXkSKS5yZWFjaHN0b3JlLmFkbWluLnYxLkdldEN1cnJlbnRLZXlSZXF1ZXN0GioucmVhY2hzdG9yZS5hZG1pbi52MS5HZXRDdXJyZW50S2V5UmVzcG9uc2UiJ5ACAcrzGARyZWFkgtPkkwIWEhQvYXBpL3YxL2tleXM6Y3VycmVudBKPAQoJUmV2b2tlS2V5EiUucmVhY2hzdG9yZS5hZG1pbi52MS5SZXZva2VLZXlSZXF1ZXN0GiYucmVhY2hzdG9yZS5hZG1pbi52MS5SZXZva2VLZXlSZXNwb25zZSIzkAICyvMYBWFkbWlugtPkkwIhOgEqIhwvYXBpL3YxL2tleXMve2tleV9pZH06cmV2b2tlQkVaQ2dpdGh1Yi5jb20vcmVhY2hzdG9yZS9yZWFjaHN0b3JlL2dlbi9nby9yZWFjaHN0b3JlL2FkbWluL3YxO2FkbWludjFiBnByb3RvMw", [file_google_api_annotations, file_reachstore_common_v1_access, file_reachstore_common_v1_partial_failure]);
 
 /**
  * An API key as stored: everything but its secret.
@@ -258,6 +258,50 @@ export const ListKeysResponseSchema: GenMessage<ListKeysResponse> = /*@__PURE__*
   messageDesc(file_reachstore_admin_v1_key_service, 4);
 
 /**
+ * Asks for the key making the call.
+ *
+ * @generated from message reachstore.admin.v1.GetCurrentKeyRequest
+ */
+export type GetCurrentKeyRequest = Message<"reachstore.admin.v1.GetCurrentKeyRequest"> & {
+};
+
+/**
+ * Describes the message reachstore.admin.v1.GetCurrentKeyRequest.
+ * Use `create(GetCurrentKeyRequestSchema)` to create a new message.
+ */
+export const GetCurrentKeyRequestSchema: GenMessage<GetCurrentKeyRequest> = /*@__PURE__*/
+  messageDesc(file_reachstore_admin_v1_key_service, 5);
+
+/**
+ * The key making the call.
+ *
+ * @generated from message reachstore.admin.v1.GetCurrentKeyResponse
+ */
+export type GetCurrentKeyResponse = Message<"reachstore.admin.v1.GetCurrentKeyResponse"> & {
+  /**
+   * The key as stored, without its secret (for the keyless local caller: its tenant and
+   * scopes, everything else empty).
+   *
+   * @generated from field: reachstore.admin.v1.ApiKey key = 1;
+   */
+  key?: ApiKey | undefined;
+
+  /**
+   * Always empty; present so every response has the same shape.
+   *
+   * @generated from field: repeated reachstore.common.v1.PartialFailure partial_failures = 2;
+   */
+  partialFailures: PartialFailure[];
+};
+
+/**
+ * Describes the message reachstore.admin.v1.GetCurrentKeyResponse.
+ * Use `create(GetCurrentKeyResponseSchema)` to create a new message.
+ */
+export const GetCurrentKeyResponseSchema: GenMessage<GetCurrentKeyResponse> = /*@__PURE__*/
+  messageDesc(file_reachstore_admin_v1_key_service, 6);
+
+/**
  * Asks to revoke a key.
  *
  * @generated from message reachstore.admin.v1.RevokeKeyRequest
@@ -276,7 +320,7 @@ export type RevokeKeyRequest = Message<"reachstore.admin.v1.RevokeKeyRequest"> &
  * Use `create(RevokeKeyRequestSchema)` to create a new message.
  */
 export const RevokeKeyRequestSchema: GenMessage<RevokeKeyRequest> = /*@__PURE__*/
-  messageDesc(file_reachstore_admin_v1_key_service, 5);
+  messageDesc(file_reachstore_admin_v1_key_service, 7);
 
 /**
  * The key after revocation.
@@ -304,7 +348,7 @@ export type RevokeKeyResponse = Message<"reachstore.admin.v1.RevokeKeyResponse">
  * Use `create(RevokeKeyResponseSchema)` to create a new message.
  */
 export const RevokeKeyResponseSchema: GenMessage<RevokeKeyResponse> = /*@__PURE__*/
-  messageDesc(file_reachstore_admin_v1_key_service, 6);
+  messageDesc(file_reachstore_admin_v1_key_service, 8);
 
 /**
  * KeyService creates, lists and revokes the API keys of the caller's tenant. A key's
@@ -332,6 +376,19 @@ export const KeyService: GenService<{
     methodKind: "unary";
     input: typeof ListKeysRequestSchema;
     output: typeof ListKeysResponseSchema;
+  },
+  /**
+   * The key making the call, without its secret: what it may do (scopes, namespace
+   * grants, channel allow-list, groups) and until when, so a client can offer only what
+   * the key can use. Any key with the read scope may read itself; the keyless local caller
+   * of a development system gets its own description, with an empty key id.
+   *
+   * @generated from rpc reachstore.admin.v1.KeyService.GetCurrentKey
+   */
+  getCurrentKey: {
+    methodKind: "unary";
+    input: typeof GetCurrentKeyRequestSchema;
+    output: typeof GetCurrentKeyResponseSchema;
   },
   /**
    * Revokes a key of the caller's tenant; calls with it fail from then on.

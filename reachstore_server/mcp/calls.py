@@ -1,0 +1,226 @@
+"""What each tool does, over the SDK, and the one place its outcome becomes a tool result.
+
+A tool that ran returns ``structuredContent`` (the ``outputSchema`` of its tool) and a
+text whose first line says what is missing. A request refused as a whole — by the
+services (a bad key, a missing scope, ``INCOMPLETE_RESULT`` with ``allow_partial: false``,
+``PARAMS_REJECTED``) or here (an argument outside the tool's schema, as
+``INVALID_ARGUMENT`` naming the field) — is ``isError`` with the REST API's error body:
+the same code, category and retry advice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from mcp_types import CallToolResult, TextContent
+
+from reachstore import (
+    ApiKey,
+    AsyncClient,
+    DocumentInput,
+    Failure,
+    InvalidArgumentError,
+    NotFoundError,
+    ReachstoreError,
+    ReachTask,
+)
+from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
+from reachstore_server.common import errors
+from reachstore_server.mcp import catalogue, keying, shapes
+from reachstore_server.mcp.catalogue import ArgumentError, ToolSpec
+
+# How many of an entity's newest tasks on a channel are searched for the previous
+# window's key (keying.LOOKBACK): a retry comes soon after its first call.
+LOOKBACK_TASKS = 20
+
+
+def _ok(content: dict[str, Any], text: Callable[[Mapping[str, Any]], str]) -> CallToolResult:
+    return CallToolResult(content=[TextContent(text=text(content))], structured_content=content)
+
+
+def refused(error: ReachstoreError) -> CallToolResult:
+    content = shapes.error_content(error)
+    return CallToolResult(
+        content=[TextContent(text=shapes.error_text(content))],
+        structured_content=content,
+        is_error=True,
+    )
+
+
+def _category_word(category: int) -> str:
+    return pf_pb2.Category.Name(category).removeprefix("CATEGORY_").lower()
+
+
+def invalid_argument(field: str, rule: str) -> InvalidArgumentError:
+    """The catalogue's INVALID_ARGUMENT, as the services answer a bad field."""
+    spec = errors.INVALID_ARGUMENT
+    return InvalidArgumentError(
+        Failure(
+            category=_category_word(spec.category),
+            error_code=spec.code,
+            message=f"{field}: {rule}",
+            retryable=False,
+            retry_after_ms=None,
+            structured_data={"field": field, "rule": rule},
+        )
+    )
+
+
+async def call(
+    client: AsyncClient, key: ApiKey, spec: ToolSpec, arguments: Mapping[str, Any]
+) -> CallToolResult:
+    """Runs one tool for the caller ``key`` speaks for."""
+    try:
+        if spec.channel is not None:
+            return await _send(client, key, spec, arguments)
+        catalogue.check_arguments(spec.tool.input_schema, arguments)
+        handler = _FIXED[spec.name]
+        return await handler(client, arguments)
+    except ArgumentError as exc:
+        return refused(invalid_argument(exc.field, exc.rule))
+    except ReachstoreError as exc:
+        return refused(exc)
+
+
+# --- storage ----------------------------------------------------------------------------------
+
+
+async def _query(client: AsyncClient, args: Mapping[str, Any]) -> CallToolResult:
+    response = await client.search(
+        args["namespaces"],
+        args["question"],
+        args.get("top_k", 10),
+        filter=args.get("filter"),
+        timeout_ms=args.get("timeout_ms"),
+        allow_partial=args.get("allow_partial"),
+    )
+    return _ok(shapes.query_content(response), shapes.query_text)
+
+
+async def _ingest(client: AsyncClient, args: Mapping[str, Any]) -> CallToolResult:
+    if ("document" in args) == ("documents" in args):
+        raise ArgumentError("documents", "give either document (one) or documents (a batch)")
+    given = [args["document"]] if "document" in args else args["documents"]
+    documents = [
+        DocumentInput(d["text"], d.get("document_id") or None, d.get("metadata")) for d in given
+    ]
+    response = await client.add_documents(
+        args["namespace"], documents, args.get("on_duplicate", "error")
+    )
+    return _ok(shapes.ingest_content(response), shapes.ingest_text)
+
+
+# --- tasks ------------------------------------------------------------------------------------
+
+
+async def _followed(client: AsyncClient, task: ReachTask, wait_ms: int) -> ReachTask:
+    """The task once it settles or ``wait_ms`` passes, long-polling its version."""
+    deadline = time.monotonic() + wait_ms / 1000
+    while not task.settled:
+        left = int((deadline - time.monotonic()) * 1000)
+        if left <= 0:
+            break
+        task = await client.get_reach_task(
+            task.task_id, wait_ms=min(left, catalogue.MAX_WAIT_MS), known_version=task.version
+        )
+    return task
+
+
+async def _task_status(client: AsyncClient, args: Mapping[str, Any]) -> CallToolResult:
+    kind, task_id, wait_ms = args.get("kind", "auto"), args["task_id"], args.get("wait_ms", 0)
+    if kind in ("auto", "ingest"):
+        try:
+            task = await client.get_task(task_id)
+        except NotFoundError:
+            if kind == "ingest":
+                raise
+        else:
+            deadline = time.monotonic() + wait_ms / 1000
+            while not task.done and task.poll_after_ms is not None:
+                pause = min(task.poll_after_ms / 1000, deadline - time.monotonic())
+                if pause <= 0:
+                    break
+                await asyncio.sleep(pause)
+                task = await client.get_task(task_id)
+            content = shapes.ingest_task_content(task)
+            return _ok(content, lambda c: str(c["status_note"]))
+    reach_task = await _followed(client, await client.get_reach_task(task_id), wait_ms)
+    content = shapes.reach_task_status(reach_task, reach_task.actions)
+    return _ok(content, lambda c: str(c["status_note"]))
+
+
+async def _reach_status(client: AsyncClient, args: Mapping[str, Any]) -> CallToolResult:
+    task = await _followed(
+        client, await client.get_reach_task(args["task_id"]), args.get("wait_ms", 0)
+    )
+    actions = [await client.get_action(a.action_id) for a in task.actions]
+    return _ok(shapes.reach_task_content(task, actions), lambda c: str(c["status_note"]))
+
+
+_FIXED = {
+    "query": _query,
+    "ingest": _ingest,
+    "task_status": _task_status,
+    "reach_status": _reach_status,
+}
+
+
+# --- reach ------------------------------------------------------------------------------------
+
+
+async def _earlier_task(
+    client: AsyncClient, entity_id: str, channel: str, request_key: str
+) -> ReachTask | None:
+    """The task an earlier call of the previous window reserved with ``request_key``."""
+    seen = 0
+    async for task in client.list_reach_tasks(entity_id=entity_id, channel=channel):
+        if task.idempotency_key == request_key:
+            return task
+        seen += 1
+        if seen >= LOOKBACK_TASKS:
+            break
+    return None
+
+
+async def _send(
+    client: AsyncClient, key: ApiKey, spec: ToolSpec, arguments: Mapping[str, Any]
+) -> CallToolResult:
+    channel = spec.channel
+    assert channel is not None
+    # The channel's own schema is the reach service's to check (PARAMS_REJECTED names the
+    # field, with the rules in CEL beside it); the arguments around it are checked here.
+    outer = dict(spec.tool.input_schema)
+    outer["properties"] = {**outer["properties"], "params": {"type": "object"}}
+    catalogue.check_arguments(outer, arguments)
+    args = dict(arguments)
+    if "action_type" not in args and channel.action_types:
+        args["action_type"] = channel.action_types[0]
+    current, previous = keying.keys_for(
+        key.tenant, key.key_id, spec.name, args, dt.datetime.now(dt.UTC)
+    )
+    task = None
+    if previous is not None:
+        task = await _earlier_task(client, args["entity_id"], channel.name, previous)
+    if task is not None:
+        request_key, deduplicated, action_id = previous or "", True, task.actions[0].action_id
+    else:
+        result = await client.reach(
+            {
+                "name": args["action_type"],
+                "channel": channel.name,
+                "action_type": args["action_type"],
+                "params": args["params"],
+            },
+            entity_id=args["entity_id"],
+            idempotency_key=current,
+        )
+        request_key, deduplicated, action_id = current, result.deduplicated, result.action_id
+        task = await client.get_reach_task(result.task_id)
+    task = await _followed(client, task, args.get("wait_ms", 0))
+    action = await client.get_action(action_id)
+    content = shapes.reach_tool_content(task, action, request_key, deduplicated)
+    return _ok(content, lambda c: str(c["status_note"]))
