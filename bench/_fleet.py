@@ -27,6 +27,7 @@ from _audit_load import AuditProcess
 from _reach_receiver import ReceiverProcess
 from _reach_service import ROOT, ReachProcess, ServiceProcess, add_engine_arguments
 
+from reachstore_server.audit.signing import PrivateKey
 from reachstore_server.bridge.backends import INGEST_SERVICE, QUERY_SERVICE, REACH_SERVICE
 from reachstore_server.common.channels import grpc_target, service_config
 from reachstore_server.common.grpc_server import GRPC_OPTIONS
@@ -128,7 +129,7 @@ class Fleet:
             if reach:
                 self.receiver = ReceiverProcess().start()
             audit = AuditProcess(
-                self.root / "audit", self.database_url, self.log_level, secrets.token_hex(32)
+                self.root / "audit", self.database_url, self.log_level, PrivateKey.generate().pem()
             )
             self._add("audit", audit)
             self.shared.audit_addr = audit.address

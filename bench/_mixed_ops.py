@@ -29,10 +29,13 @@ from typing import Any
 import grpc
 import psycopg
 from _open_loop import Recorder
+from _overload import REFUSED_PREFIX
 from _pg_work import libpq_url
 from _reach_service import ACTION_TYPE, CHANNEL
 from google.protobuf import struct_pb2
+from grpc_status import rpc_status
 
+from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
 from reachstore.ingest.v1 import ingest_service_pb2 as ipb
 from reachstore.ingest.v1 import ingest_service_pb2_grpc as igrpc
 from reachstore.query.v1 import query_service_pb2 as qpb
@@ -140,9 +143,34 @@ def wait_for_ingest(stub: igrpc.IngestServiceStub, task_ids: Sequence[str], time
 
 
 def _error(exc: BaseException) -> str:
+    """The error of a failed call as one line; a refusal that says when to come back (a
+    transient code with ``retry_after_ms``, as load shedding answers) starts with
+    ``_overload.REFUSED_PREFIX`` and names its code and wait."""
+    if isinstance(exc, grpc.Call):
+        failure = _failure_of(exc)
+        if failure is not None and failure.category in (
+            pf_pb2.CATEGORY_TRANSIENT,
+            pf_pb2.CATEGORY_QUOTA,
+        ):
+            hint = (
+                f"retry_after_ms={failure.retry_after_ms}"
+                if failure.retry_after_ms > 0
+                else "no-hint"
+            )
+            return f"{REFUSED_PREFIX}{failure.error_code} {hint}"
     if isinstance(exc, grpc.RpcError):
         return f"{exc.code().name}: {(exc.details() or '')[:120]}"  # type: ignore[attr-defined]
     return f"{type(exc).__name__}: {str(exc)[:120]}"
+
+
+def _failure_of(call: grpc.Call) -> pf_pb2.PartialFailure | None:
+    status = rpc_status.from_call(call)
+    for detail in status.details if status is not None else ():
+        if detail.Is(pf_pb2.PartialFailure.DESCRIPTOR):
+            failure = pf_pb2.PartialFailure()
+            detail.Unpack(failure)
+            return failure
+    return None
 
 
 class QueryOp:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from _overload import print_overload
+
 WIDTH = 110
 # what each operation's sample measures, for the table
 MEANING = {
@@ -43,6 +45,8 @@ def print_report(r: dict[str, Any]) -> None:
         _print_minutes(r)
     if "rss" in r:
         _print_rss(r)
+    if "overload" in r:
+        print_overload(r["overload"])
     _print_checks(r)
     p(f"total run time {r['total_seconds']:.0f} s")
     if r["failures"]:

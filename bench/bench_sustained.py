@@ -61,6 +61,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(1, str(ROOT))
 
 import _mixed_ops as ops  # noqa: E402
+import _overload  # noqa: E402
 import _pg_work as pgw  # noqa: E402
 import _query_bench as qb  # noqa: E402
 from _fleet import Fleet, add_fleet_arguments  # noqa: E402
@@ -96,8 +97,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--preload", type=int, default=1000, help="chunks of each namespace ingested first (1000)"
     )
+    parser.add_argument(
+        "--overload",
+        type=float,
+        default=0.0,
+        help="overload mode: the rates for 60 s, then this many times them for "
+        "--overload-seconds, then the rates again for 120 s (docs/OPERATIONS.md, "
+        '"Load shedding"); replaces --minutes. 0 (default): off',
+    )
+    parser.add_argument(
+        "--overload-seconds", type=float, default=120.0, help="length of the overload (120)"
+    )
     add_fleet_arguments(parser)
     args = parser.parse_args(argv)
+    args.plan = None
+    if args.overload:
+        if args.overload <= 1:
+            parser.error("--overload must be more than 1 (times the rates)")
+        args.plan = _overload.phases(60.0, args.overload_seconds, 120.0, args.overload)
+        args.minutes = args.plan[-1].end / 60
     if args.minutes <= 0 or min(args.query_rate, args.ingest_rate, args.action_rate) < 0:
         parser.error("--minutes must be > 0 and the rates >= 0")
     return args
@@ -130,8 +148,8 @@ def run_load(
             ops.IngestOp(ich, recorder, corpus),
             ops.ActionOp(rch, recorder),
         )
-        pacers = [
-            Pacer(name, rate, fire, t0, -args.warmup_seconds, window)
+        operations = [
+            (name, rate, fire)
             for name, rate, fire in (
                 ("query", args.query_rate, query.fire),
                 ("ingest", args.ingest_rate, ingest.fire),
@@ -139,6 +157,17 @@ def run_load(
             )
             if rate > 0
         ]
+        if args.plan is None:
+            pacers = [
+                Pacer(name, rate, fire, t0, -args.warmup_seconds, window)
+                for name, rate, fire in operations
+            ]
+        else:
+            pacers = [
+                pacer
+                for name, rate, fire in operations
+                for pacer in _overload.pacers(name, rate, fire, t0, args.warmup_seconds, args.plan)
+            ]
         pids = fleet.pids()
         sampler = MemorySampler(pids, t0).start()
         runner = threading.Thread(target=run_pacers, args=(pacers,), daemon=True)
@@ -194,6 +223,7 @@ def check_outcomes(
     ingest: ops.IngestOp,
     action: ops.ActionOp,
     report: dict[str, Any],
+    plan: list[_overload.Phase] | None = None,
 ) -> None:
     """Ingest tasks to their end, deliveries against receipts, and the latencies."""
     window = report["window"]
@@ -213,6 +243,8 @@ def check_outcomes(
     completion += [Outcome("ingest.completed", 0.0, 0.0, "task not completed")] * failed
     summary = summarize([*recorder.outcomes, *completion], window["seconds"])
     report["operations"] = summary
+    if plan is not None:
+        report["overload"] = _overload.report(recorder.outcomes, plan)
     report["ingest_tasks"] = {**done, "wait_error": ingest_wait_error}
     assert fleet.receiver is not None
     report["deliveries"] = check_deliveries(fleet.receiver.stats(), action.keys)
@@ -224,9 +256,16 @@ def check_outcomes(
 
 def failures(report: dict[str, Any]) -> list[str]:
     out = []
+    overload = report.get("overload")
     for op, s in report.get("operations", {}).items():
-        if s["errors"]:
-            out.append(f"{op}: {s['errors']} errors, e.g. {s['error_examples'][:2]}")
+        errors = s["errors"]
+        if overload is not None and op != "ingest.completed":
+            # Under overload, a refusal with a retry hint is the service doing its job.
+            errors = overload["other_errors"].get(op, 0)
+        if errors:
+            out.append(f"{op}: {errors} errors, e.g. {s['error_examples'][:2]}")
+    if overload is not None and overload["refusals_without_hint"]:
+        out.append(f"{overload['refusals_without_hint']} refusals without a retry hint")
     d = report.get("deliveries")
     if d is not None and not d["ok"]:
         out.append(f"deliveries do not match the actions: {d}")
@@ -279,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"    {report['preload']['documents']} in {report['preload']['seconds']:.0f} s")
                 wait_replicas_serving(fleet, corpus)
                 recorder, ingest, action = run_load(args, fleet, corpus, report)
-                check_outcomes(fleet, url, recorder, ingest, action, report)
+                check_outcomes(fleet, url, recorder, ingest, action, report, args.plan)
             finally:
                 report["exit_codes"] = fleet.stop()
                 report["service_logs"] = {
