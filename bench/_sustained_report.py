@@ -14,6 +14,7 @@ MEANING = {
     "query": "Query over 4 namespaces, scheduled -> answer",
     "ingest.accept": "CreateDocument, scheduled -> 202",
     "ingest.completed": "document accepted -> task completed (store clock)",
+    "ingest.refused_invalid": "CreateDocument of the chunk holding a NUL: refused, rightly",
     "action.submit": "SubmitTask, scheduled -> answer",
     "action": "action scheduled -> seen SUCCEEDED (GetTask)",
 }

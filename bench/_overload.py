@@ -1,0 +1,163 @@
+"""The sustained benchmark's overload mode: the mixed load at its base rates, then ``factor``
+times them for a while, then back to the base rates (docs/OPERATIONS.md, "Load shedding").
+
+Each operation gets one pacer per phase, firing request numbers that continue from the
+phase before, so documents and actions stay unique across phases. What the run reports,
+per phase and operation: offered and served per second (goodput: answers that were not
+errors), refusals with a retry hint per second, other errors, and p50/p99 of the served
+requests; then the goodput during the overload as a share of the base phase's (the rate
+the machine sustains), and the time to recover: from the moment the load drops back, until
+the last refusal or the last served request slower than twice the base phase's p99.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+from _open_loop import Fire, Outcome, Pacer
+
+# How _mixed_ops names an answer that refused the request and said when to come back.
+REFUSED_PREFIX = "REFUSED "
+# The operations whose goodput and recovery count (action.submit is part of action).
+MEASURED = ("query", "ingest.accept", "action.submit")
+
+
+@dataclasses.dataclass(frozen=True)
+class Phase:
+    name: str
+    start: float  # seconds after t0
+    end: float
+    factor: float
+
+
+def phases(before_s: float, during_s: float, after_s: float, factor: float) -> list[Phase]:
+    return [
+        Phase("base", 0.0, before_s, 1.0),
+        Phase("overload", before_s, before_s + during_s, factor),
+        Phase("after", before_s + during_s, before_s + during_s + after_s, 1.0),
+    ]
+
+
+def pacers(
+    name: str, rate: float, fire: Fire, t0: float, warmup_s: float, plan: Iterable[Phase]
+) -> list[Pacer]:
+    """The warm-up at the base rate, then one pacer per phase; request numbers continue
+    from one phase to the next."""
+    out = [Pacer(f"{name}-warmup", rate, fire, t0, -warmup_s, 0.0)]
+    first = int(warmup_s * rate)
+    for phase in plan:
+        phase_rate = rate * phase.factor
+        out.append(
+            Pacer(
+                f"{name}-{phase.name}",
+                phase_rate,
+                _shifted(fire, first),
+                t0,
+                phase.start,
+                phase.end,
+            )
+        )
+        first += int((phase.end - phase.start) * phase_rate)
+    return out
+
+
+def _shifted(fire: Fire, first: int) -> Fire:
+    def shifted(i: int, scheduled: float) -> None:
+        fire(first + i, scheduled)
+
+    return shifted
+
+
+def _ms(seconds: list[float]) -> tuple[float, float]:
+    if not seconds:
+        return float("nan"), float("nan")
+    p50, p99 = np.percentile(np.asarray(seconds) * 1000, [50, 99])
+    return float(p50), float(p99)
+
+
+def report(outcomes: Iterable[Outcome], plan: list[Phase]) -> dict[str, Any]:
+    everything = [o for o in outcomes if o.scheduled >= 0]
+    items = [o for o in everything if o.op in MEASURED]
+    rows: dict[str, dict[str, dict[str, float]]] = {}
+    for phase in plan:
+        length = phase.end - phase.start
+        for op in MEASURED:
+            inside = [o for o in items if o.op == op and phase.start <= o.scheduled < phase.end]
+            served = [o.seconds for o in inside if o.error is None]
+            refused = [o for o in inside if _refused(o)]
+            p50, p99 = _ms(served)
+            rows.setdefault(op, {})[phase.name] = {
+                "offered_per_s": len(inside) / length,
+                "served_per_s": len(served) / length,
+                "refused_per_s": len(refused) / length,
+                "other_errors": len(inside) - len(served) - len(refused),
+                "p50_ms": p50,
+                "p99_ms": p99,
+            }
+    after = plan[-1]
+    goodput = {
+        op: _share(rows[op]["overload"]["served_per_s"], rows[op]["base"]["served_per_s"])
+        for op in rows
+    }
+    return {
+        "phases": [dataclasses.asdict(p) for p in plan],
+        "by_op": rows,
+        "goodput_share": goodput,
+        "recovery_s": _recovery(items, rows, after.start),
+        "refusals_without_hint": sum(1 for o in everything if "no-hint" in (o.error or "")),
+        "other_errors": {
+            op: sum(1 for o in everything if o.op == op and o.error is not None and not _refused(o))
+            for op in {o.op for o in everything}
+        },
+    }
+
+
+def _refused(o: Outcome) -> bool:
+    return o.error is not None and o.error.startswith(REFUSED_PREFIX)
+
+
+def _share(a: float, b: float) -> float:
+    return a / b if b else float("nan")
+
+
+def _recovery(items: list[Outcome], rows: dict[str, Any], drop: float) -> float:
+    """Seconds from ``drop`` to the last request, scheduled after it, that was refused or
+    served slower than twice its operation's base p99 (0: none)."""
+    last = drop
+    for o in items:
+        if o.scheduled < drop:
+            continue
+        slow = 2 * rows[o.op]["base"]["p99_ms"] / 1000
+        if _refused(o) or (o.error is None and o.seconds > slow):
+            last = max(last, o.scheduled)
+    return last - drop
+
+
+def print_overload(r: dict[str, Any], p: Callable[[str], None] = print) -> None:
+    plan = r["phases"]
+    p(
+        "overload: "
+        + ", then ".join(
+            f"{ph['factor']:g}x for {ph['end'] - ph['start']:.0f} s ({ph['name']})" for ph in plan
+        )
+    )
+    p(
+        f"{'operation':<14} {'phase':<9} {'offered/s':>9} {'served/s':>9} {'refused/s':>9} "
+        f"{'other err':>9} {'p50 ms':>8} {'p99 ms':>8}"
+    )
+    for op, by_phase in r["by_op"].items():
+        for name, row in by_phase.items():
+            p(
+                f"{op:<14} {name:<9} {row['offered_per_s']:>9.1f} {row['served_per_s']:>9.1f} "
+                f"{row['refused_per_s']:>9.1f} {row['other_errors']:>9d} "
+                f"{row['p50_ms']:>8.0f} {row['p99_ms']:>8.0f}"
+            )
+    shares = ", ".join(f"{op} {share:.2f}" for op, share in r["goodput_share"].items())
+    p(f"goodput during the overload / base phase: {shares} (target >= 0.90)")
+    p(
+        f"recovery after the load dropped: {r['recovery_s']:.1f} s (target <= 10); refusals "
+        f"without a retry hint: {r['refusals_without_hint']}"
+    )
