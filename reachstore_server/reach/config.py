@@ -18,6 +18,11 @@ from reachstore_server.common import names
 from reachstore_server.common.config_errors import ConfigError
 from reachstore_server.reach.channels.base import Channel
 from reachstore_server.reach.constraints import ParamRules
+from reachstore_server.reach.dedupe_archive import (
+    DEFAULT_RETENTION_DAYS,
+    MAX_RETENTION_DAYS,
+    MIN_RETENTION_DAYS,
+)
 from reachstore_server.reach.idempotency import WINDOWS
 from reachstore_server.reach.policy.backoff import PendingPolicy, PollPolicy, RetryPolicy
 from reachstore_server.reach.policy.breaker import BreakerPolicy
@@ -42,7 +47,13 @@ _CHANNEL_KEYS = {
     "pending",
     *KINDS,
 }
-_ENGINE_KEYS = {"workers", "lease_s", "alert_channel", "logical_time_tolerance_s"}
+_ENGINE_KEYS = {
+    "workers",
+    "lease_s",
+    "alert_channel",
+    "logical_time_tolerance_s",
+    "dedupe_retention_days",
+}
 # A send must end this long before its lease does: the answer is still to be recorded
 # (one transaction) under the same lease. See docs/AT_MOST_ONCE.md.
 LEASE_MARGIN_S = 1.0
@@ -98,6 +109,9 @@ class ReachConfig:
     # the idempotency window, a caller may only name a moment near "now" (a retry that
     # crosses a window boundary keeps its first moment).
     logical_time_tolerance_s: float = 300.0
+    # Days a finished task's keys stay in the live tables before they move to the dedupe
+    # archive, which still refuses duplicates (reachstore_server/reach/dedupe_archive.py).
+    dedupe_retention_days: int = DEFAULT_RETENTION_DAYS
 
 
 def load_config(path: Path | None) -> ReachConfig:
@@ -136,7 +150,13 @@ def parse_config(data: Mapping[str, Any], source: str = "reach config") -> Reach
     alert = engine.get("alert_channel", "")
     if not isinstance(alert, str) or (alert and alert not in channels):
         raise ConfigError("engine.alert_channel: must name a channel declared in this file")
-    return ReachConfig(channels, workers, lease_s, alert, tolerance)
+    retention = _number(engine, "dedupe_retention_days", "engine", DEFAULT_RETENTION_DAYS, int)
+    if not MIN_RETENTION_DAYS <= retention <= MAX_RETENTION_DAYS:
+        raise ConfigError(
+            f"engine.dedupe_retention_days: must be {MIN_RETENTION_DAYS} to "
+            f"{MAX_RETENTION_DAYS} days (the weekly UNKNOWN review reads the live rows)"
+        )
+    return ReachConfig(channels, workers, lease_s, alert, tolerance, retention)
 
 
 def check_channels(config: ReachConfig, channels: Mapping[str, Channel]) -> None:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime as dt
 import functools
 import logging
 import random
@@ -43,6 +44,7 @@ from reachstore_server.common import database_errors, errors, otel
 from reachstore_server.reach import states as st
 from reachstore_server.reach.channels.base import Answer, Channel, ChannelError, Outgoing, Status
 from reachstore_server.reach.config import LEASE_MARGIN_S, ChannelConfig, ReachConfig
+from reachstore_server.reach.dedupe_archive import BATCH as DEDUPE_BATCH
 from reachstore_server.reach.metrics import BREAKER_VALUES, ReachMetrics
 from reachstore_server.reach.policy.breaker import CircuitBreaker
 from reachstore_server.reach.policy.bucket import SendBucket, TokenBucket
@@ -60,6 +62,9 @@ ALERT_MAX_ATTEMPTS = 5
 ALERT_BATCH = 50  # alerts one sweep delivers at most
 ALERT_HOLD_S = 30.0  # at least; see Executor._alert_hold_s
 ALERT_RETRY_BASE_S = 2.0  # a refused alert delivery is tried again after 2 s, 6 s, 18 s ...
+# How often finished tasks past the dedupe retention are moved to the archive (a day is
+# the retention's unit; an hour keeps each move small).
+ARCHIVE_SWEEP_SECONDS = 3600.0
 # Breaker outcomes: these categories say the receiver (or the way to it) is unwell.
 _UNHEALTHY = frozenset({"transient", "timeout", "quota", "auth"})
 # How long a worker keeps trying to record an answer while the database is away: the
@@ -140,6 +145,7 @@ class Executor:
     async def run(self, stop: asyncio.Event) -> None:
         inflight: set[asyncio.Task[None]] = set()
         sweeper = asyncio.create_task(self._alert_sweeper(stop))
+        archiver = asyncio.create_task(self._archive_sweeper(stop))
         try:
             while not stop.is_set():
                 free = self._config.workers - len(inflight)
@@ -182,6 +188,7 @@ class Executor:
                     pass
         finally:
             sweeper.cancel()
+            archiver.cancel()
             # Sends in flight finish (their outcome is recorded); the rest keep their lease
             # and are taken over when it expires.
             if inflight:
@@ -799,6 +806,35 @@ class Executor:
         while not stop.is_set() and self._config.alert_channel:
             await self._deliver_alerts()
             await asyncio.sleep(ALERT_SWEEP_SECONDS)
+
+    # --- the dedupe archive -----------------------------------------------------------------
+
+    async def _archive_sweeper(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await self.archive_expired()
+            try:
+                await asyncio.wait_for(stop.wait(), ARCHIVE_SWEEP_SECONDS)
+            except TimeoutError:
+                pass
+
+    async def archive_expired(self) -> int:
+        """Moves every finished task past ``engine.dedupe_retention_days`` (by the database's
+        clock) to the dedupe archive, a batch per transaction; the number of tasks moved."""
+        moved = 0
+        try:
+            while True:
+                now = dt.datetime.fromtimestamp(await asyncio.to_thread(self._store.clock), dt.UTC)
+                done = await asyncio.to_thread(
+                    self._store.archive_expired, now, self._config.dedupe_retention_days
+                )
+                moved += done.tasks
+                if done.tasks < DEDUPE_BATCH:
+                    break
+        except Exception:  # noqa: BLE001 - the database may be away; the next sweep retries
+            log.exception("moving expired dedupe records to the archive failed")
+        if moved:
+            log.info("moved %s finished task(s) past the dedupe retention to the archive", moved)
+        return moved
 
     async def _deliver_alerts(self) -> None:
         async with self._alert_lock:  # the sweeper and a fresh alert must not both send it

@@ -51,6 +51,7 @@ from reachstore_server.audit_client import outbox
 from reachstore_server.common import errors
 from reachstore_server.common.pii import Masker
 from reachstore_server.common.timefmt import rfc3339
+from reachstore_server.reach import dedupe_archive
 from reachstore_server.reach import states as st
 from reachstore_server.storage.audit_models import AuditOutboxRow
 from reachstore_server.storage.clock import db_clock, machine_clock, pg_clock
@@ -283,7 +284,10 @@ class ReachStore:
                         field="idempotency_key",
                         structured_data={"task_id": task.task_id},
                     )
-                return Reserved(task, self._actions_of(session, task.task_id), True)
+                actions = self._actions_of(session, task.task_id)
+                if actions:
+                    return Reserved(task, actions, True)
+                # Archived since the read above: the archive answers below.
         candidates = {a.name: (a.idem_key, *a.earlier_keys) for a in plan.actions}
         keys = [key for texts in candidates.values() for key in texts]
         # Plain rows on the session's connection: on a new task (the usual case) this read
@@ -298,6 +302,7 @@ class ReachStore:
             .all()
         )
         if not held:
+            self._refuse_if_archived(session, plan, candidates)
             return None
         by_key = {row.idem_key: row for row in held}
         # Each planned action's reservation, under whichever of its keys it is stored.
@@ -312,8 +317,14 @@ class ReachStore:
             mine = {row.action_id for row in found.values() if row is not None}
             if mine == {a.action_id for a in actions}:
                 task = session.get(ReachTaskRow, task_id)
-                assert task is not None
-                return Reserved(task, actions, True)
+                if task is not None:
+                    return Reserved(task, actions, True)
+            if not actions:
+                # Archived between the reads: the archive refuses it, or contention.
+                self._refuse_if_archived(session, plan, candidates)
+                raise errors.ReachstoreError(
+                    errors.DATABASE_UNAVAILABLE, "reservation raced the dedupe archive"
+                )
         taken = [(a, found[a.name]) for a in plan.actions if found[a.name] is not None]
         raise errors.ReachstoreError(
             errors.ACTION_ALREADY_RESERVED,
@@ -331,6 +342,31 @@ class ReachStore:
                 ]
             },
         )
+
+    @staticmethod
+    def _refuse_if_archived(
+        session: Session, plan: TaskPlan, candidates: Mapping[str, Sequence[str]]
+    ) -> None:
+        """Raises when a key of the plan passed its retention and sits in the archive: read
+        after the live tables, so a move between the reads is seen here (dedupe_archive)."""
+        refused = dedupe_archive.refusal(
+            session.connection(),
+            plan.tenant,
+            plan.caller_key,
+            plan.request_digest,
+            list(candidates.items()),
+        )
+        if refused is not None:
+            raise refused
+
+    def archive_expired(
+        self, now: dt.datetime, retention_days: int, limit: int = dedupe_archive.BATCH
+    ) -> dedupe_archive.Moved:
+        """Moves finished tasks past the retention to the dedupe archive, one transaction
+        (``reachstore_server/reach/dedupe_archive.py``). ``now``: the service passes the
+        database's clock; a test, any moment."""
+        with self._engine.begin() as conn:
+            return dedupe_archive.move_expired(conn, now, retention_days, self._postgres, limit)
 
     def _insert(self, session: Session, plan: TaskPlan, due: float) -> Reserved:
         """The task, its actions and their first history entries: one INSERT statement per
