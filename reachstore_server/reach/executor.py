@@ -799,11 +799,11 @@ class Executor:
     # --- alerts ----------------------------------------------------------------------------
 
     def _wake_alerts(self) -> None:
-        if self._config.alert_channel:
+        if self._config.routed_failure_kinds:
             asyncio.get_running_loop().create_task(self._deliver_alerts())
 
     async def _alert_sweeper(self, stop: asyncio.Event) -> None:
-        while not stop.is_set() and self._config.alert_channel:
+        while not stop.is_set() and self._config.routed_failure_kinds:
             await self._deliver_alerts()
             await asyncio.sleep(ALERT_SWEEP_SECONDS)
 
@@ -841,8 +841,10 @@ class Executor:
             await self._deliver_pending_alerts()
 
     async def _deliver_pending_alerts(self) -> None:
-        channel = self._channels[self._config.alert_channel]
-        _, deadline = channel.send_deadline()
+        kinds = self._config.routed_failure_kinds
+        deadline = max(
+            self._channels[self._config.alert_route(kind)].send_deadline()[1] for kind in kinds
+        )
         for _ in range(ALERT_BATCH):
             # One at a time, each under a claim of its own, so no other worker delivers it
             # and its send fits in the claim like an action's fits in its lease.
@@ -850,7 +852,7 @@ class Executor:
             hold = self._alert_hold_s()
             try:
                 claimed = await asyncio.to_thread(
-                    self._store.claim_alerts, self._worker, 1, ALERT_MAX_ATTEMPTS, hold
+                    self._store.claim_alerts, self._worker, 1, ALERT_MAX_ATTEMPTS, hold, kinds
                 )
             except Exception:  # noqa: BLE001 - retried on the next sweep
                 log.exception("claiming undelivered alerts failed")
@@ -860,6 +862,8 @@ class Executor:
             alert = claimed[0]
             if time.monotonic() - claimed_at + deadline + LEASE_MARGIN_S > hold:
                 return  # stalled since the claim: it runs out and the alert is taken again
+            # Business failures to the business, technical ones to operations.
+            channel = self._channels[self._config.alert_route(alert.failure_kind)]
             ok, error = await self._deliver_alert(channel, alert, deadline)
             # 2 s, 6 s, 18 s, 54 s: a receiver away for a restart still gets it. Alerts are
             # at least once: one whose delivery may have arrived is sent again all the same
@@ -895,6 +899,7 @@ class Executor:
         """Sends one alert: (delivered, why not)."""
         params: dict[str, Any] = {
             "kind": alert.kind,
+            "failure_kind": alert.failure_kind,
             "tenant": alert.tenant,
             "task_id": alert.task_id,
             "action_id": alert.action_id,

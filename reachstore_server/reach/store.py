@@ -551,11 +551,17 @@ class ReachStore:
             return list(session.scalars(stmt))
 
     def claim_alerts(
-        self, worker: str, limit: int, max_attempts: int, hold_s: float
+        self,
+        worker: str,
+        limit: int,
+        max_attempts: int,
+        hold_s: float,
+        failure_kinds: Sequence[str] = st.FAILURE_KINDS,
     ) -> list[ReachAlertRow]:
-        """Takes up to ``limit`` undelivered alerts for ``hold_s`` seconds (database clock)
-        so that one worker delivers each; a claim whose worker died runs out and the alert
-        is taken up again (an alert may then arrive twice, never not at all)."""
+        """Takes up to ``limit`` undelivered alerts of ``failure_kinds`` (those with a
+        channel to go to) for ``hold_s`` seconds (database clock) so that one worker
+        delivers each; a claim whose worker died runs out and the alert is taken up again
+        (an alert may then arrive twice, never not at all)."""
         with self._sessions.begin() as session:
             now = db_clock(session)
             free = (
@@ -563,6 +569,7 @@ class ReachStore:
                 .where(
                     ReachAlertRow.delivered.is_(False),
                     ReachAlertRow.delivery_attempts < max_attempts,
+                    ReachAlertRow.failure_kind.in_(list(failure_kinds)),
                     (ReachAlertRow.claimed_until.is_(None)) | (ReachAlertRow.claimed_until <= now),
                 )
                 .order_by(ReachAlertRow.id)
@@ -1102,9 +1109,9 @@ class _Batch:
                 }
             )
         if change.to_state == st.NEEDS_REVIEW and before != st.NEEDS_REVIEW:
-            self.alerts.append(
-                (index, _alert(row, "needs_review", f"action {row['name']!r} needs review", now))
-            )
+            # Its outcome is unknown: how the send went is for operations to find out.
+            message = f"action {row['name']!r} needs review"
+            self.alerts.append((index, _alert(row, "needs_review", message, now, "technical")))
         actions = siblings[row["task_id"]]
         if row["state"] != before and (
             row["state"] == st.SUCCEEDED or row["state"] in st.DID_NOT_HAPPEN
@@ -1114,9 +1121,11 @@ class _Batch:
         new_state = st.task_state((a["state"], a["required"], a["attempts"]) for a in actions)
         if new_state != task["state"]:
             if new_state == st.TASK_FAILED:
-                failed = [
-                    a["name"] for a in actions if a["required"] and a["state"] in st.DID_NOT_HAPPEN
-                ]
+                lost = [a for a in actions if a["required"] and a["state"] in st.DID_NOT_HAPPEN]
+                failed = [a["name"] for a in lost]
+                # The kind of the failure that failed the task: this action's when it is
+                # one of them, else the first one's.
+                cause = row if row["name"] in failed else lost[0]
                 self.alerts.append(
                     (
                         index,
@@ -1126,6 +1135,7 @@ class _Batch:
                             f"task {task['task_id']} failed: required action(s) "
                             f"{', '.join(failed)} did not succeed",
                             now,
+                            cause["failure_kind"] or "technical",
                             action_id=row["action_id"] if row["name"] in failed else "",
                         ),
                     )
@@ -1288,6 +1298,7 @@ def _alert(
     kind: str,
     message: str,
     now: dt.datetime,
+    failure_kind: str,
     action_id: str | None = None,
 ) -> dict[str, Any]:
     return {
@@ -1295,6 +1306,7 @@ def _alert(
         "task_id": row["task_id"],
         "action_id": row["action_id"] if action_id is None else action_id,
         "kind": kind,
+        "failure_kind": failure_kind,
         "message": message,
         "delivered": False,
         "delivery_attempts": 0,

@@ -158,6 +158,11 @@ class ReachAlertRow(Base):
     task_id: Mapped[str] = mapped_column(String(32))
     action_id: Mapped[str] = mapped_column(String(32), default="")
     kind: Mapped[str] = mapped_column(String(32))
+    # Whose it is: ``business`` (the receiver refused the request itself) or ``technical``
+    # (the way to it failed); ``engine.alert_channels`` routes each to its own channel.
+    failure_kind: Mapped[str] = mapped_column(
+        String(16), default="technical", server_default="technical"
+    )
     message: Mapped[str] = mapped_column(Text)
     delivered: Mapped[bool] = mapped_column(Boolean, default=False)
     delivery_attempts: Mapped[int] = mapped_column(Integer, default=0)
