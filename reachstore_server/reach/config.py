@@ -17,6 +17,7 @@ from typing import Any
 from reachstore_server.common import names
 from reachstore_server.common.config_errors import ConfigError
 from reachstore_server.reach import states as st
+from reachstore_server.reach.baseline import BaselinePolicy
 from reachstore_server.reach.channels.base import Channel
 from reachstore_server.reach.constraints import ParamRules
 from reachstore_server.reach.dedupe_archive import (
@@ -55,6 +56,7 @@ _ENGINE_KEYS = {
     "logical_time_tolerance_s",
     "dedupe_retention_days",
     "alert_channels",
+    "baseline",
 }
 # A send must end this long before its lease does: the answer is still to be recorded
 # (one transaction) under the same lease. See docs/AT_MOST_ONCE.md.
@@ -117,6 +119,9 @@ class ReachConfig:
     # Failure kind -> the channel carrying its alerts (``business`` to the people who own
     # the requests, ``technical`` to operations); a kind left out goes to ``alert_channel``.
     alert_channels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # How each channel's failure rate, UNKNOWN rate and latency p99 are judged against
+    # their own history before they alert (reachstore_server/reach/baseline.py).
+    baseline: BaselinePolicy = BaselinePolicy()
 
     def alert_route(self, failure_kind: str) -> str:
         """The channel an alert of ``failure_kind`` goes to; "" when it is only stored."""

@@ -41,6 +41,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 from reachstore_server.common import database_errors, errors, otel
+from reachstore_server.reach import baseline
 from reachstore_server.reach import states as st
 from reachstore_server.reach.channels.base import Answer, Channel, ChannelError, Outgoing, Status
 from reachstore_server.reach.config import LEASE_MARGIN_S, ChannelConfig, ReachConfig
@@ -65,6 +66,8 @@ ALERT_RETRY_BASE_S = 2.0  # a refused alert delivery is tried again after 2 s, 6
 # How often finished tasks past the dedupe retention are moved to the archive (a day is
 # the retention's unit; an hour keeps each move small).
 ARCHIVE_SWEEP_SECONDS = 3600.0
+# How often each channel's signals are judged against their baselines (reach/baseline.py).
+BASELINE_SWEEP_SECONDS = 300.0
 # Breaker outcomes: these categories say the receiver (or the way to it) is unwell.
 _UNHEALTHY = frozenset({"transient", "timeout", "quota", "auth"})
 # How long a worker keeps trying to record an answer while the database is away: the
@@ -146,6 +149,7 @@ class Executor:
         inflight: set[asyncio.Task[None]] = set()
         sweeper = asyncio.create_task(self._alert_sweeper(stop))
         archiver = asyncio.create_task(self._archive_sweeper(stop))
+        judge = asyncio.create_task(self._baseline_sweeper(stop))
         try:
             while not stop.is_set():
                 free = self._config.workers - len(inflight)
@@ -189,6 +193,7 @@ class Executor:
         finally:
             sweeper.cancel()
             archiver.cancel()
+            judge.cancel()
             # Sends in flight finish (their outcome is recorded); the rest keep their lease
             # and are taken over when it expires.
             if inflight:
@@ -806,6 +811,52 @@ class Executor:
         while not stop.is_set() and self._config.routed_failure_kinds:
             await self._deliver_alerts()
             await asyncio.sleep(ALERT_SWEEP_SECONDS)
+
+    # --- alert baselines ---------------------------------------------------------------------
+
+    async def _baseline_sweeper(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                now = dt.datetime.fromtimestamp(await asyncio.to_thread(self._store.clock), dt.UTC)
+                await self.judge_baselines(now)
+            except Exception:  # noqa: BLE001 - the database may be away; the next sweep retries
+                log.exception("judging the channels against their baselines failed")
+            try:
+                await asyncio.wait_for(stop.wait(), BASELINE_SWEEP_SECONDS)
+            except TimeoutError:
+                pass
+
+    async def judge_baselines(self, now: dt.datetime) -> list[baseline.Judgement]:
+        """Judges every (tenant, channel)'s signals at ``now`` and raises an alert for each
+        one past its threshold, once per channel, signal and hour whichever replica sees
+        it first; returns the judgements."""
+        policy = self._config.baseline
+        finished, entered = await asyncio.to_thread(
+            self._store.baseline_rows, baseline.history_start(now, policy)
+        )
+        judged = baseline.judge(now, policy, finished, entered)
+        raised = 0
+        for j in judged:
+            if not j.alerting:
+                continue
+            message = (
+                f"channel {j.channel}: {j.signal} {j.current:.4g} over the last hour "
+                f"({j.samples} samples) is past its threshold {j.threshold:.4g} (mean "
+                f"{j.mean:.4g}, deviation {j.stddev:.4g} over {j.history_days} days)"
+            )
+            key = f"baseline/{j.channel}/{j.signal}/{now.astimezone(dt.UTC):%Y-%m-%dT%H}"
+            raised += await asyncio.to_thread(
+                self._store.raise_alert_once,
+                j.tenant,
+                f"baseline_{j.signal}",
+                j.failure_kind,
+                message,
+                key,
+            )
+        if raised:
+            log.warning("%s channel signal(s) past their baseline thresholds", raised)
+            self._wake_alerts()
+        return judged
 
     # --- the dedupe archive -----------------------------------------------------------------
 

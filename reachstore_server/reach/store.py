@@ -51,7 +51,7 @@ from reachstore_server.audit_client import outbox
 from reachstore_server.common import errors
 from reachstore_server.common.pii import Masker
 from reachstore_server.common.timefmt import rfc3339
-from reachstore_server.reach import dedupe_archive
+from reachstore_server.reach import baseline, dedupe_archive, unknown_review
 from reachstore_server.reach import states as st
 from reachstore_server.storage.audit_models import AuditOutboxRow
 from reachstore_server.storage.clock import db_clock, machine_clock, pg_clock
@@ -679,6 +679,112 @@ class ReachStore:
             finished=[(c, a, b) for c, a, b in finished if b is not None],
             changes=[(c, at, to, why) for c, at, to, why in changes],
         )
+
+    def baseline_rows(
+        self, since: dt.datetime, tenant: str | None = None
+    ) -> tuple[list[baseline.Finished], list[baseline.Entered]]:
+        """The actions (of ``tenant``, or of every tenant) finished since ``since``, and
+        their sends and UNKNOWN entries since then: what ``reach/baseline.py`` judges."""
+        finished_q = select(
+            _ACTIONS.c.tenant,
+            _ACTIONS.c.channel,
+            _ACTIONS.c.created_at,
+            _ACTIONS.c.finished_at,
+            _ACTIONS.c.state,
+            _ACTIONS.c.failure_kind,
+        ).where(_ACTIONS.c.finished_at >= since)
+        entered_q = (
+            select(_HISTORY.c.tenant, _ACTIONS.c.channel, _HISTORY.c.at, _HISTORY.c.to_state)
+            .join(_ACTIONS, _ACTIONS.c.action_id == _HISTORY.c.action_id)
+            .where(_HISTORY.c.at >= since, _HISTORY.c.to_state.in_([st.SUBMITTING, st.UNKNOWN]))
+        )
+        if tenant is not None:
+            finished_q = finished_q.where(_ACTIONS.c.tenant == tenant)
+            entered_q = entered_q.where(_HISTORY.c.tenant == tenant)
+        with self._reads.connect() as conn:
+            finished = conn.execute(finished_q).all()
+            entered = conn.execute(entered_q).all()
+        return (
+            [baseline.Finished(*row) for row in finished if row.finished_at is not None],
+            [baseline.Entered(*row) for row in entered],
+        )
+
+    def raise_alert_once(
+        self, tenant: str, kind: str, failure_kind: str, message: str, dedupe_key: str
+    ) -> bool:
+        """Stores an alert not tied to one task, unless one with ``dedupe_key`` was raised
+        before (the unique index decides, whichever replica raises it first)."""
+        row = {
+            "tenant": tenant,
+            "task_id": "",
+            "action_id": "",
+            "kind": kind,
+            "failure_kind": failure_kind,
+            "message": message,
+            "dedupe_key": dedupe_key,
+            "delivered": False,
+            "delivery_attempts": 0,
+            "delivery_error": "",
+            "claim_owner": "",
+            "claimed_until": None,
+            "created_at": utcnow(),
+        }
+        try:
+            with self._engine.begin() as conn:
+                conn.execute(insert(_ALERTS), [row])
+        except IntegrityError:
+            return False
+        return True
+
+    def unknown_review_rows(
+        self, tenant: str, since: dt.datetime, channel: str = ""
+    ) -> list[unknown_review.Passed]:
+        """The tenant's actions that entered UNKNOWN since ``since``, with their state now
+        and the reasons of their history after it (``reach/unknown_review.py``)."""
+        with self._reads.connect() as conn:
+            passed = (
+                select(_HISTORY.c.action_id)
+                .where(
+                    _HISTORY.c.tenant == tenant,
+                    _HISTORY.c.at >= since,
+                    _HISTORY.c.to_state == st.UNKNOWN,
+                )
+                .distinct()
+            )
+            actions = select(
+                _ACTIONS.c.action_id,
+                _ACTIONS.c.task_id,
+                _ACTIONS.c.name,
+                _ACTIONS.c.channel,
+                _ACTIONS.c.state,
+                _ACTIONS.c.resolution_json,
+            ).where(_ACTIONS.c.tenant == tenant, _ACTIONS.c.action_id.in_(passed))
+            if channel:
+                actions = actions.where(_ACTIONS.c.channel == channel)
+            rows = conn.execute(actions).all()
+            history: dict[str, list[tuple[dt.datetime, str, str]]] = {}
+            ids = [row.action_id for row in rows]
+            for start in range(0, len(ids), 500):
+                for action_id, at, to_state, reason in conn.execute(
+                    select(
+                        _HISTORY.c.action_id, _HISTORY.c.at, _HISTORY.c.to_state, _HISTORY.c.reason
+                    )
+                    .where(_HISTORY.c.action_id.in_(ids[start : start + 500]))
+                    .order_by(_HISTORY.c.id)
+                ):
+                    history.setdefault(action_id, []).append((at, to_state, reason))
+        return [
+            unknown_review.Passed(
+                action_id=row.action_id,
+                task_id=row.task_id,
+                name=row.name,
+                channel=row.channel,
+                state=row.state,
+                resolution=json.loads(row.resolution_json) if row.resolution_json else {},
+                history=history.get(row.action_id, []),
+            )
+            for row in rows
+        ]
 
     # --- the work queue --------------------------------------------------------------------
 

@@ -72,6 +72,8 @@ class ReachActionRow(Base):
         UniqueConstraint("tenant", "idem_key", name="uq_reach_actions_idem_key"),
         Index("ix_reach_actions_due", "state", "next_at"),
         Index("ix_reach_actions_task", "task_id", "position"),
+        # The alert baselines read a week of finished actions (reach/baseline.py).
+        Index("ix_reach_actions_finished", "finished_at"),
     )
 
     action_id: Mapped[str] = mapped_column(String(32), primary_key=True)
@@ -132,7 +134,12 @@ class ReachHistoryRow(Base):
     """One state change of an action, with its reason."""
 
     __tablename__ = "reach_history"
-    __table_args__ = (Index("ix_reach_history_action", "action_id", "id"), NO_ID_REUSE)
+    __table_args__ = (
+        Index("ix_reach_history_action", "action_id", "id"),
+        # The alert baselines and the weekly UNKNOWN review read the history by time.
+        Index("ix_reach_history_at", "at"),
+        NO_ID_REUSE,
+    )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     tenant: Mapped[str] = mapped_column(String(TENANT_LEN))
@@ -151,7 +158,11 @@ class ReachAlertRow(Base):
     review. Delivered through the configured alert channel, if any."""
 
     __tablename__ = "reach_alerts"
-    __table_args__ = (Index("ix_reach_alerts_undelivered", "delivered", "id"), NO_ID_REUSE)
+    __table_args__ = (
+        Index("ix_reach_alerts_undelivered", "delivered", "id"),
+        UniqueConstraint("tenant", "dedupe_key", name="uq_reach_alerts_dedupe_key"),
+        NO_ID_REUSE,
+    )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     tenant: Mapped[str] = mapped_column(String(TENANT_LEN))
@@ -164,6 +175,9 @@ class ReachAlertRow(Base):
         String(16), default="technical", server_default="technical"
     )
     message: Mapped[str] = mapped_column(Text)
+    # Set on an alert that must be raised once however often its cause is seen (a channel's
+    # signal past its baseline, once per channel, signal and hour); NULLs never clash.
+    dedupe_key: Mapped[str | None] = mapped_column(String(200), nullable=True)
     delivered: Mapped[bool] = mapped_column(Boolean, default=False)
     delivery_attempts: Mapped[int] = mapped_column(Integer, default=0)
     delivery_error: Mapped[str] = mapped_column(Text, default="")
