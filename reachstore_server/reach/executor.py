@@ -33,6 +33,7 @@ import asyncio
 import dataclasses
 import datetime as dt
 import functools
+import hashlib
 import logging
 import random
 import secrets
@@ -958,7 +959,11 @@ class Executor:
         }
         outgoing = Outgoing(
             action_id=f"alert-{alert.id}",
-            idempotency_key=alert_key(alert.task_id, alert.id),
+            idempotency_key=(
+                alert_key(alert.task_id, alert.id)
+                if alert.task_id
+                else once_alert_key(alert.tenant, alert.dedupe_key or str(alert.id))
+            ),
             action_type="alert",
             params=params,
             trace_id=secrets.token_hex(16),
@@ -1031,6 +1036,14 @@ def alert_key(task_id: str, alert_id: int) -> str:
     a database made anew), so a new alert would pass for a repeat and be dropped; the task
     id is random, and with the row number it names one alert anywhere."""
     return f"reachstore-alert-{task_id}-{alert_id}"
+
+
+def once_alert_key(tenant: str, dedupe_key: str) -> str:
+    """The idempotency key of an alert raised once by its ``dedupe_key`` (a baseline alert,
+    which belongs to no task): the same cause in the same hour is the same alert on every
+    replica. Hashed, since the tenant and channel names are free text."""
+    digest = hashlib.sha256(f"{tenant}\x00{dedupe_key}".encode()).hexdigest()[:32]
+    return f"reachstore-alert-{digest}"
 
 
 def _cut_off(exc: Exception, deadline: float, what: str, started: float) -> ChannelError:
