@@ -65,22 +65,26 @@ async function load(section) {
     section.append(emptyBox("No action went through UNKNOWN in this period."));
     return;
   }
+  const rows = groups.map((g) => h("tr",
+    { "data-channel": g.channel, "data-settled-by": g.settled_by, "data-state": g.state,
+      class: g.settled_by === "open" ? "partial" : "" },
+    h("th", { scope: "row" }, g.channel),
+    h("td", {}, SETTLED[g.settled_by] || g.settled_by),
+    h("td", {}, g.state.replace("_", " ")),
+    h("td", { class: "num" }, String(g.count)),
+    h("td", {}, (g.actions || []).map(entryLine))));
   section.append(h("table", { class: "grid unknowns" },
     h("caption", { class: "visually-hidden" }, "UNKNOWN actions by channel and settlement"),
     h("thead", {}, h("tr", {},
       ["Channel", "How settled", "Now", "Actions", "Which"].map((t) => h("th", { scope: "col" }, t)))),
-    h("tbody", {}, groups.map((g) => h("tr",
-      { "data-channel": g.channel, "data-settled-by": g.settled_by, "data-state": g.state,
-        class: g.settled_by === "open" ? "partial" : "" },
-      h("th", { scope: "row" }, g.channel),
-      h("td", {}, SETTLED[g.settled_by] || g.settled_by),
-      h("td", {}, g.state.replace("_", " ")),
-      h("td", { class: "num" }, String(g.count)),
-      h("td", {}, (g.actions || []).map((a) => h("div", { "data-action": a.action_id },
-        g.settled_by === "open"
-          ? h("a", { href: "#/queue" }, a.action_id)
-          : a.action_id,
-        ` ${a.name}, unknown ${fmtTime(a.entered_unknown_at)}`,
-        a.settled_at ? `, settled ${fmtTime(a.settled_at)}` : "",
-        a.resolved_by ? ` by ${a.resolved_by}: ${a.note}` : "")))))));
+    h("tbody", {}, rows)));
+}
+
+// One action of a group; an open one links to the review queue, where it is resolved.
+function entryLine(a) {
+  return h("div", { "data-action": a.action_id },
+    a.settled_at || a.resolved_by ? a.action_id : h("a", { href: "#/queue" }, a.action_id),
+    ` ${a.name}, unknown ${fmtTime(a.entered_unknown_at)}`,
+    a.settled_at ? `, settled ${fmtTime(a.settled_at)}` : "",
+    a.resolved_by ? ` by ${a.resolved_by}: ${a.note}` : "");
 }
