@@ -1,9 +1,11 @@
-"""`reachstore reach submit|get|action|resolve|channels`: reach tasks from the command line.
+"""`reachstore reach submit|get|action|resolve|channels|unknowns`: reach tasks from the
+command line.
 
 A task's actions are given as JSON, one ``--action`` each, or as a file holding the body
 of ``POST /api/v1/reach/tasks``; what a task did is printed one action per line, with the
 action id an operator needs to resolve it and, for an action that did not succeed, its
-error code, category, kind (business or technical) and retry advice.
+error code, category, kind (business or technical) and retry advice. ``unknowns`` is the
+weekly UNKNOWN review (``reachstore_server/reach/unknown_review.py``).
 """
 
 from __future__ import annotations
@@ -212,6 +214,49 @@ def cmd_channels(args: argparse.Namespace, client: Client) -> int:
     return exit_codes.COMPLETE
 
 
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def duration_s(text: str) -> int:
+    """``--since``: a whole number of seconds, or one with a unit (``90m``, ``12h``,
+    ``7d``, ``2w``)."""
+    raw = text.strip().lower()
+    number, unit = (raw[:-1], raw[-1]) if raw and raw[-1] in _UNITS else (raw, "s")
+    if not number.isdigit() or int(number) == 0:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a period: a whole number with s, m, h, d or w (e.g. 7d)"
+        )
+    return int(number) * _UNITS[unit]
+
+
+def cmd_unknowns(args: argparse.Namespace, client: Client) -> int:
+    review = client.unknown_review(since_s=args.since, channel=args.channel)
+    if args.json:
+        print_json(review)
+        return exit_codes.COMPLETE
+    say(
+        f"{plural(review.total, 'action')} entered UNKNOWN since {review.since} "
+        f"({plural(len(review.groups), 'group')})"
+    )
+    for group in review.groups:
+        say(
+            f"{clean(group.channel)}  settled by {group.settled_by}  now {group.state}  "
+            f"{group.count}"
+        )
+        for entry in group.actions:
+            settled = f"settled {entry.settled_at}" if entry.settled_at else "still open"
+            who = (
+                f"  by {clean(entry.resolved_by)}: {clean(entry.note)}" if entry.resolved_by else ""
+            )
+            say(
+                f"  {entry.action_id} {clean(entry.name)} (task {entry.task_id})  unknown "
+                f"{entry.entered_unknown_at}, {settled}{who}"
+            )
+        if group.count > len(group.actions):
+            say(f"  ... and {group.count - len(group.actions)} more")
+    return exit_codes.COMPLETE
+
+
 # --- the parser ---------------------------------------------------------------------------
 
 
@@ -305,3 +350,19 @@ def add_reach_parser(
         "channels", parents=parents, help="the channels this key may use, as tools"
     )
     channels.set_defaults(func=client_command(cmd_channels))
+
+    unknowns = actions.add_parser(
+        "unknowns",
+        parents=parents,
+        help="the weekly UNKNOWN review: actions that passed through UNKNOWN, by channel "
+        "and by how they were settled (operator scope)",
+    )
+    unknowns.add_argument(
+        "--since",
+        type=duration_s,
+        default=7 * 86400,
+        metavar="PERIOD",
+        help="how far back: 1h to 90d, e.g. 7d (the default), 36h, 2w",
+    )
+    unknowns.add_argument("--channel", help="only this channel")
+    unknowns.set_defaults(func=client_command(cmd_unknowns))

@@ -16,8 +16,15 @@ from typing import Any
 
 from reachstore_server.common import names
 from reachstore_server.common.config_errors import ConfigError
+from reachstore_server.reach import states as st
+from reachstore_server.reach.baseline import BaselinePolicy
 from reachstore_server.reach.channels.base import Channel
 from reachstore_server.reach.constraints import ParamRules
+from reachstore_server.reach.dedupe_archive import (
+    DEFAULT_RETENTION_DAYS,
+    MAX_RETENTION_DAYS,
+    MIN_RETENTION_DAYS,
+)
 from reachstore_server.reach.idempotency import WINDOWS
 from reachstore_server.reach.policy.backoff import PendingPolicy, PollPolicy, RetryPolicy
 from reachstore_server.reach.policy.breaker import BreakerPolicy
@@ -42,7 +49,15 @@ _CHANNEL_KEYS = {
     "pending",
     *KINDS,
 }
-_ENGINE_KEYS = {"workers", "lease_s", "alert_channel", "logical_time_tolerance_s"}
+_ENGINE_KEYS = {
+    "workers",
+    "lease_s",
+    "alert_channel",
+    "logical_time_tolerance_s",
+    "dedupe_retention_days",
+    "alert_channels",
+    "baseline",
+}
 # A send must end this long before its lease does: the answer is still to be recorded
 # (one transaction) under the same lease. See docs/AT_MOST_ONCE.md.
 LEASE_MARGIN_S = 1.0
@@ -98,6 +113,24 @@ class ReachConfig:
     # the idempotency window, a caller may only name a moment near "now" (a retry that
     # crosses a window boundary keeps its first moment).
     logical_time_tolerance_s: float = 300.0
+    # Days a finished task's keys stay in the live tables before they move to the dedupe
+    # archive, which still refuses duplicates (reachstore_server/reach/dedupe_archive.py).
+    dedupe_retention_days: int = DEFAULT_RETENTION_DAYS
+    # Failure kind -> the channel carrying its alerts (``business`` to the people who own
+    # the requests, ``technical`` to operations); a kind left out goes to ``alert_channel``.
+    alert_channels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # How each channel's failure rate, UNKNOWN rate and latency p99 are judged against
+    # their own history before they alert (reachstore_server/reach/baseline.py).
+    baseline: BaselinePolicy = BaselinePolicy()
+
+    def alert_route(self, failure_kind: str) -> str:
+        """The channel an alert of ``failure_kind`` goes to; "" when it is only stored."""
+        return self.alert_channels.get(failure_kind, self.alert_channel)
+
+    @property
+    def routed_failure_kinds(self) -> tuple[str, ...]:
+        """The failure kinds whose alerts have a channel to go to."""
+        return tuple(kind for kind in st.FAILURE_KINDS if self.alert_route(kind))
 
 
 def load_config(path: Path | None) -> ReachConfig:
@@ -136,7 +169,24 @@ def parse_config(data: Mapping[str, Any], source: str = "reach config") -> Reach
     alert = engine.get("alert_channel", "")
     if not isinstance(alert, str) or (alert and alert not in channels):
         raise ConfigError("engine.alert_channel: must name a channel declared in this file")
-    return ReachConfig(channels, workers, lease_s, alert, tolerance)
+    retention = _number(engine, "dedupe_retention_days", "engine", DEFAULT_RETENTION_DAYS, int)
+    if not MIN_RETENTION_DAYS <= retention <= MAX_RETENTION_DAYS:
+        raise ConfigError(
+            f"engine.dedupe_retention_days: must be {MIN_RETENTION_DAYS} to "
+            f"{MAX_RETENTION_DAYS} days (the weekly UNKNOWN review reads the live rows)"
+        )
+    routes = _table(engine.get("alert_channels", {}), "engine.alert_channels")
+    for kind, name in routes.items():
+        if kind not in st.FAILURE_KINDS:
+            raise ConfigError(
+                f"engine.alert_channels.{kind}: unknown failure kind (use "
+                f"{', '.join(st.FAILURE_KINDS)})"
+            )
+        if not isinstance(name, str) or name not in channels:
+            raise ConfigError(
+                f"engine.alert_channels.{kind}: must name a channel declared in this file"
+            )
+    return ReachConfig(channels, workers, lease_s, alert, tolerance, retention, dict(routes))
 
 
 def check_channels(config: ReachConfig, channels: Mapping[str, Channel]) -> None:

@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime as dt
 import functools
+import hashlib
 import logging
 import random
 import secrets
@@ -40,9 +42,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 from reachstore_server.common import database_errors, errors, otel
+from reachstore_server.reach import baseline
 from reachstore_server.reach import states as st
 from reachstore_server.reach.channels.base import Answer, Channel, ChannelError, Outgoing, Status
 from reachstore_server.reach.config import LEASE_MARGIN_S, ChannelConfig, ReachConfig
+from reachstore_server.reach.dedupe_archive import BATCH as DEDUPE_BATCH
 from reachstore_server.reach.metrics import BREAKER_VALUES, ReachMetrics
 from reachstore_server.reach.policy.breaker import CircuitBreaker
 from reachstore_server.reach.policy.bucket import SendBucket, TokenBucket
@@ -60,6 +64,11 @@ ALERT_MAX_ATTEMPTS = 5
 ALERT_BATCH = 50  # alerts one sweep delivers at most
 ALERT_HOLD_S = 30.0  # at least; see Executor._alert_hold_s
 ALERT_RETRY_BASE_S = 2.0  # a refused alert delivery is tried again after 2 s, 6 s, 18 s ...
+# How often finished tasks past the dedupe retention are moved to the archive (a day is
+# the retention's unit; an hour keeps each move small).
+ARCHIVE_SWEEP_SECONDS = 3600.0
+# How often each channel's signals are judged against their baselines (reach/baseline.py).
+BASELINE_SWEEP_SECONDS = 300.0
 # Breaker outcomes: these categories say the receiver (or the way to it) is unwell.
 _UNHEALTHY = frozenset({"transient", "timeout", "quota", "auth"})
 # How long a worker keeps trying to record an answer while the database is away: the
@@ -140,6 +149,8 @@ class Executor:
     async def run(self, stop: asyncio.Event) -> None:
         inflight: set[asyncio.Task[None]] = set()
         sweeper = asyncio.create_task(self._alert_sweeper(stop))
+        archiver = asyncio.create_task(self._archive_sweeper(stop))
+        judge = asyncio.create_task(self._baseline_sweeper(stop))
         try:
             while not stop.is_set():
                 free = self._config.workers - len(inflight)
@@ -182,6 +193,8 @@ class Executor:
                     pass
         finally:
             sweeper.cancel()
+            archiver.cancel()
+            judge.cancel()
             # Sends in flight finish (their outcome is recorded); the rest keep their lease
             # and are taken over when it expires.
             if inflight:
@@ -792,21 +805,98 @@ class Executor:
     # --- alerts ----------------------------------------------------------------------------
 
     def _wake_alerts(self) -> None:
-        if self._config.alert_channel:
+        if self._config.routed_failure_kinds:
             asyncio.get_running_loop().create_task(self._deliver_alerts())
 
     async def _alert_sweeper(self, stop: asyncio.Event) -> None:
-        while not stop.is_set() and self._config.alert_channel:
+        while not stop.is_set() and self._config.routed_failure_kinds:
             await self._deliver_alerts()
             await asyncio.sleep(ALERT_SWEEP_SECONDS)
+
+    # --- alert baselines ---------------------------------------------------------------------
+
+    async def _baseline_sweeper(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                now = dt.datetime.fromtimestamp(await asyncio.to_thread(self._store.clock), dt.UTC)
+                await self.judge_baselines(now)
+            except Exception:  # noqa: BLE001 - the database may be away; the next sweep retries
+                log.exception("judging the channels against their baselines failed")
+            try:
+                await asyncio.wait_for(stop.wait(), BASELINE_SWEEP_SECONDS)
+            except TimeoutError:
+                pass
+
+    async def judge_baselines(self, now: dt.datetime) -> list[baseline.Judgement]:
+        """Judges every (tenant, channel)'s signals at ``now`` and raises an alert for each
+        one past its threshold, once per channel, signal and hour whichever replica sees
+        it first; returns the judgements."""
+        policy = self._config.baseline
+        finished, entered = await asyncio.to_thread(
+            self._store.baseline_rows, baseline.history_start(now, policy)
+        )
+        judged = baseline.judge(now, policy, finished, entered)
+        raised = 0
+        for j in judged:
+            if not j.alerting:
+                continue
+            message = (
+                f"channel {j.channel}: {j.signal} {j.current:.4g} over the last hour "
+                f"({j.samples} samples) is past its threshold {j.threshold:.4g} (mean "
+                f"{j.mean:.4g}, deviation {j.stddev:.4g} over {j.history_days} days)"
+            )
+            key = f"baseline/{j.channel}/{j.signal}/{now.astimezone(dt.UTC):%Y-%m-%dT%H}"
+            raised += await asyncio.to_thread(
+                self._store.raise_alert_once,
+                j.tenant,
+                f"baseline_{j.signal}",
+                j.failure_kind,
+                message,
+                key,
+            )
+        if raised:
+            log.warning("%s channel signal(s) past their baseline thresholds", raised)
+            self._wake_alerts()
+        return judged
+
+    # --- the dedupe archive -----------------------------------------------------------------
+
+    async def _archive_sweeper(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await self.archive_expired()
+            try:
+                await asyncio.wait_for(stop.wait(), ARCHIVE_SWEEP_SECONDS)
+            except TimeoutError:
+                pass
+
+    async def archive_expired(self) -> int:
+        """Moves every finished task past ``engine.dedupe_retention_days`` (by the database's
+        clock) to the dedupe archive, a batch per transaction; the number of tasks moved."""
+        moved = 0
+        try:
+            while True:
+                now = dt.datetime.fromtimestamp(await asyncio.to_thread(self._store.clock), dt.UTC)
+                done = await asyncio.to_thread(
+                    self._store.archive_expired, now, self._config.dedupe_retention_days
+                )
+                moved += done.tasks
+                if done.tasks < DEDUPE_BATCH:
+                    break
+        except Exception:  # noqa: BLE001 - the database may be away; the next sweep retries
+            log.exception("moving expired dedupe records to the archive failed")
+        if moved:
+            log.info("moved %s finished task(s) past the dedupe retention to the archive", moved)
+        return moved
 
     async def _deliver_alerts(self) -> None:
         async with self._alert_lock:  # the sweeper and a fresh alert must not both send it
             await self._deliver_pending_alerts()
 
     async def _deliver_pending_alerts(self) -> None:
-        channel = self._channels[self._config.alert_channel]
-        _, deadline = channel.send_deadline()
+        kinds = self._config.routed_failure_kinds
+        deadline = max(
+            self._channels[self._config.alert_route(kind)].send_deadline()[1] for kind in kinds
+        )
         for _ in range(ALERT_BATCH):
             # One at a time, each under a claim of its own, so no other worker delivers it
             # and its send fits in the claim like an action's fits in its lease.
@@ -814,7 +904,7 @@ class Executor:
             hold = self._alert_hold_s()
             try:
                 claimed = await asyncio.to_thread(
-                    self._store.claim_alerts, self._worker, 1, ALERT_MAX_ATTEMPTS, hold
+                    self._store.claim_alerts, self._worker, 1, ALERT_MAX_ATTEMPTS, hold, kinds
                 )
             except Exception:  # noqa: BLE001 - retried on the next sweep
                 log.exception("claiming undelivered alerts failed")
@@ -824,6 +914,8 @@ class Executor:
             alert = claimed[0]
             if time.monotonic() - claimed_at + deadline + LEASE_MARGIN_S > hold:
                 return  # stalled since the claim: it runs out and the alert is taken again
+            # Business failures to the business, technical ones to operations.
+            channel = self._channels[self._config.alert_route(alert.failure_kind)]
             ok, error = await self._deliver_alert(channel, alert, deadline)
             # 2 s, 6 s, 18 s, 54 s: a receiver away for a restart still gets it. Alerts are
             # at least once: one whose delivery may have arrived is sent again all the same
@@ -859,6 +951,7 @@ class Executor:
         """Sends one alert: (delivered, why not)."""
         params: dict[str, Any] = {
             "kind": alert.kind,
+            "failure_kind": alert.failure_kind,
             "tenant": alert.tenant,
             "task_id": alert.task_id,
             "action_id": alert.action_id,
@@ -866,7 +959,11 @@ class Executor:
         }
         outgoing = Outgoing(
             action_id=f"alert-{alert.id}",
-            idempotency_key=alert_key(alert.task_id, alert.id),
+            idempotency_key=(
+                alert_key(alert.task_id, alert.id)
+                if alert.task_id
+                else once_alert_key(alert.tenant, alert.dedupe_key or str(alert.id))
+            ),
             action_type="alert",
             params=params,
             trace_id=secrets.token_hex(16),
@@ -939,6 +1036,14 @@ def alert_key(task_id: str, alert_id: int) -> str:
     a database made anew), so a new alert would pass for a repeat and be dropped; the task
     id is random, and with the row number it names one alert anywhere."""
     return f"reachstore-alert-{task_id}-{alert_id}"
+
+
+def once_alert_key(tenant: str, dedupe_key: str) -> str:
+    """The idempotency key of an alert raised once by its ``dedupe_key`` (a baseline alert,
+    which belongs to no task): the same cause in the same hour is the same alert on every
+    replica. Hashed, since the tenant and channel names are free text."""
+    digest = hashlib.sha256(f"{tenant}\x00{dedupe_key}".encode()).hexdigest()[:32]
+    return f"reachstore-alert-{digest}"
 
 
 def _cut_off(exc: Exception, deadline: float, what: str, started: float) -> ChannelError:

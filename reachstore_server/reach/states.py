@@ -41,6 +41,13 @@ DID_NOT_HAPPEN = frozenset({FAILED, CANCELLED, SKIPPED})
 DUE_STATES = (READY, PENDING, UNKNOWN, SUBMITTING)
 RESOLVABLE = frozenset({UNKNOWN, NEEDS_REVIEW})
 
+# Failures, recorded on each failed action and its alerts: the business's (the receiver
+# refused the request itself: a 4xx, a broken rule) or operations' (the way to the receiver
+# failed: timeouts, 5xx, an open breaker). ``engine.alert_channels`` routes each kind.
+BUSINESS = "business"
+TECHNICAL = "technical"
+FAILURE_KINDS = (BUSINESS, TECHNICAL)
+
 # Tasks.
 TASK_PENDING = "pending"
 TASK_RUNNING = "running"

@@ -51,6 +51,7 @@ from reachstore_server.audit_client import outbox
 from reachstore_server.common import errors
 from reachstore_server.common.pii import Masker
 from reachstore_server.common.timefmt import rfc3339
+from reachstore_server.reach import baseline, dedupe_archive, unknown_review
 from reachstore_server.reach import states as st
 from reachstore_server.storage.audit_models import AuditOutboxRow
 from reachstore_server.storage.clock import db_clock, machine_clock, pg_clock
@@ -283,7 +284,10 @@ class ReachStore:
                         field="idempotency_key",
                         structured_data={"task_id": task.task_id},
                     )
-                return Reserved(task, self._actions_of(session, task.task_id), True)
+                actions = self._actions_of(session, task.task_id)
+                if actions:
+                    return Reserved(task, actions, True)
+                # Archived since the read above: the archive answers below.
         candidates = {a.name: (a.idem_key, *a.earlier_keys) for a in plan.actions}
         keys = [key for texts in candidates.values() for key in texts]
         # Plain rows on the session's connection: on a new task (the usual case) this read
@@ -298,6 +302,7 @@ class ReachStore:
             .all()
         )
         if not held:
+            self._refuse_if_archived(session, plan, candidates)
             return None
         by_key = {row.idem_key: row for row in held}
         # Each planned action's reservation, under whichever of its keys it is stored.
@@ -312,8 +317,14 @@ class ReachStore:
             mine = {row.action_id for row in found.values() if row is not None}
             if mine == {a.action_id for a in actions}:
                 task = session.get(ReachTaskRow, task_id)
-                assert task is not None
-                return Reserved(task, actions, True)
+                if task is not None:
+                    return Reserved(task, actions, True)
+            if not actions:
+                # Archived between the reads: the archive refuses it, or contention.
+                self._refuse_if_archived(session, plan, candidates)
+                raise errors.ReachstoreError(
+                    errors.DATABASE_UNAVAILABLE, "reservation raced the dedupe archive"
+                )
         taken = [(a, found[a.name]) for a in plan.actions if found[a.name] is not None]
         raise errors.ReachstoreError(
             errors.ACTION_ALREADY_RESERVED,
@@ -331,6 +342,31 @@ class ReachStore:
                 ]
             },
         )
+
+    @staticmethod
+    def _refuse_if_archived(
+        session: Session, plan: TaskPlan, candidates: Mapping[str, Sequence[str]]
+    ) -> None:
+        """Raises when a key of the plan passed its retention and sits in the archive: read
+        after the live tables, so a move between the reads is seen here (dedupe_archive)."""
+        refused = dedupe_archive.refusal(
+            session.connection(),
+            plan.tenant,
+            plan.caller_key,
+            plan.request_digest,
+            list(candidates.items()),
+        )
+        if refused is not None:
+            raise refused
+
+    def archive_expired(
+        self, now: dt.datetime, retention_days: int, limit: int = dedupe_archive.BATCH
+    ) -> dedupe_archive.Moved:
+        """Moves finished tasks past the retention to the dedupe archive, one transaction
+        (``reachstore_server/reach/dedupe_archive.py``). ``now``: the service passes the
+        database's clock; a test, any moment."""
+        with self._engine.begin() as conn:
+            return dedupe_archive.move_expired(conn, now, retention_days, self._postgres, limit)
 
     def _insert(self, session: Session, plan: TaskPlan, due: float) -> Reserved:
         """The task, its actions and their first history entries: one INSERT statement per
@@ -515,11 +551,17 @@ class ReachStore:
             return list(session.scalars(stmt))
 
     def claim_alerts(
-        self, worker: str, limit: int, max_attempts: int, hold_s: float
+        self,
+        worker: str,
+        limit: int,
+        max_attempts: int,
+        hold_s: float,
+        failure_kinds: Sequence[str] = st.FAILURE_KINDS,
     ) -> list[ReachAlertRow]:
-        """Takes up to ``limit`` undelivered alerts for ``hold_s`` seconds (database clock)
-        so that one worker delivers each; a claim whose worker died runs out and the alert
-        is taken up again (an alert may then arrive twice, never not at all)."""
+        """Takes up to ``limit`` undelivered alerts of ``failure_kinds`` (those with a
+        channel to go to) for ``hold_s`` seconds (database clock) so that one worker
+        delivers each; a claim whose worker died runs out and the alert is taken up again
+        (an alert may then arrive twice, never not at all)."""
         with self._sessions.begin() as session:
             now = db_clock(session)
             free = (
@@ -527,6 +569,7 @@ class ReachStore:
                 .where(
                     ReachAlertRow.delivered.is_(False),
                     ReachAlertRow.delivery_attempts < max_attempts,
+                    ReachAlertRow.failure_kind.in_(list(failure_kinds)),
                     (ReachAlertRow.claimed_until.is_(None)) | (ReachAlertRow.claimed_until <= now),
                 )
                 .order_by(ReachAlertRow.id)
@@ -649,6 +692,112 @@ class ReachStore:
             finished=[(c, a, b) for c, a, b in finished if b is not None],
             changes=[(c, at, to, why) for c, at, to, why in changes],
         )
+
+    def baseline_rows(
+        self, since: dt.datetime, tenant: str | None = None
+    ) -> tuple[list[baseline.Finished], list[baseline.Entered]]:
+        """The actions (of ``tenant``, or of every tenant) finished since ``since``, and
+        their sends and UNKNOWN entries since then: what ``reach/baseline.py`` judges."""
+        finished_q = select(
+            _ACTIONS.c.tenant,
+            _ACTIONS.c.channel,
+            _ACTIONS.c.created_at,
+            _ACTIONS.c.finished_at,
+            _ACTIONS.c.state,
+            _ACTIONS.c.failure_kind,
+        ).where(_ACTIONS.c.finished_at >= since)
+        entered_q = (
+            select(_HISTORY.c.tenant, _ACTIONS.c.channel, _HISTORY.c.at, _HISTORY.c.to_state)
+            .join(_ACTIONS, _ACTIONS.c.action_id == _HISTORY.c.action_id)
+            .where(_HISTORY.c.at >= since, _HISTORY.c.to_state.in_([st.SUBMITTING, st.UNKNOWN]))
+        )
+        if tenant is not None:
+            finished_q = finished_q.where(_ACTIONS.c.tenant == tenant)
+            entered_q = entered_q.where(_HISTORY.c.tenant == tenant)
+        with self._reads.connect() as conn:
+            finished = conn.execute(finished_q).all()
+            entered = conn.execute(entered_q).all()
+        return (
+            [baseline.Finished(*row) for row in finished if row.finished_at is not None],
+            [baseline.Entered(*row) for row in entered],
+        )
+
+    def raise_alert_once(
+        self, tenant: str, kind: str, failure_kind: str, message: str, dedupe_key: str
+    ) -> bool:
+        """Stores an alert not tied to one task, unless one with ``dedupe_key`` was raised
+        before (the unique index decides, whichever replica raises it first)."""
+        row = {
+            "tenant": tenant,
+            "task_id": "",
+            "action_id": "",
+            "kind": kind,
+            "failure_kind": failure_kind,
+            "message": message,
+            "dedupe_key": dedupe_key,
+            "delivered": False,
+            "delivery_attempts": 0,
+            "delivery_error": "",
+            "claim_owner": "",
+            "claimed_until": None,
+            "created_at": utcnow(),
+        }
+        try:
+            with self._engine.begin() as conn:
+                conn.execute(insert(_ALERTS), [row])
+        except IntegrityError:
+            return False
+        return True
+
+    def unknown_review_rows(
+        self, tenant: str, since: dt.datetime, channel: str = ""
+    ) -> list[unknown_review.Passed]:
+        """The tenant's actions that entered UNKNOWN since ``since``, with their state now
+        and the reasons of their history after it (``reach/unknown_review.py``)."""
+        with self._reads.connect() as conn:
+            passed = (
+                select(_HISTORY.c.action_id)
+                .where(
+                    _HISTORY.c.tenant == tenant,
+                    _HISTORY.c.at >= since,
+                    _HISTORY.c.to_state == st.UNKNOWN,
+                )
+                .distinct()
+            )
+            actions = select(
+                _ACTIONS.c.action_id,
+                _ACTIONS.c.task_id,
+                _ACTIONS.c.name,
+                _ACTIONS.c.channel,
+                _ACTIONS.c.state,
+                _ACTIONS.c.resolution_json,
+            ).where(_ACTIONS.c.tenant == tenant, _ACTIONS.c.action_id.in_(passed))
+            if channel:
+                actions = actions.where(_ACTIONS.c.channel == channel)
+            rows = conn.execute(actions).all()
+            history: dict[str, list[tuple[dt.datetime, str, str]]] = {}
+            ids = [row.action_id for row in rows]
+            for start in range(0, len(ids), 500):
+                for action_id, at, to_state, reason in conn.execute(
+                    select(
+                        _HISTORY.c.action_id, _HISTORY.c.at, _HISTORY.c.to_state, _HISTORY.c.reason
+                    )
+                    .where(_HISTORY.c.action_id.in_(ids[start : start + 500]))
+                    .order_by(_HISTORY.c.id)
+                ):
+                    history.setdefault(action_id, []).append((at, to_state, reason))
+        return [
+            unknown_review.Passed(
+                action_id=row.action_id,
+                task_id=row.task_id,
+                name=row.name,
+                channel=row.channel,
+                state=row.state,
+                resolution=json.loads(row.resolution_json) if row.resolution_json else {},
+                history=history.get(row.action_id, []),
+            )
+            for row in rows
+        ]
 
     # --- the work queue --------------------------------------------------------------------
 
@@ -1079,9 +1228,9 @@ class _Batch:
                 }
             )
         if change.to_state == st.NEEDS_REVIEW and before != st.NEEDS_REVIEW:
-            self.alerts.append(
-                (index, _alert(row, "needs_review", f"action {row['name']!r} needs review", now))
-            )
+            # Its outcome is unknown: how the send went is for operations to find out.
+            message = f"action {row['name']!r} needs review"
+            self.alerts.append((index, _alert(row, "needs_review", message, now, "technical")))
         actions = siblings[row["task_id"]]
         if row["state"] != before and (
             row["state"] == st.SUCCEEDED or row["state"] in st.DID_NOT_HAPPEN
@@ -1091,9 +1240,11 @@ class _Batch:
         new_state = st.task_state((a["state"], a["required"], a["attempts"]) for a in actions)
         if new_state != task["state"]:
             if new_state == st.TASK_FAILED:
-                failed = [
-                    a["name"] for a in actions if a["required"] and a["state"] in st.DID_NOT_HAPPEN
-                ]
+                lost = [a for a in actions if a["required"] and a["state"] in st.DID_NOT_HAPPEN]
+                failed = [a["name"] for a in lost]
+                # The kind of the failure that failed the task: this action's when it is
+                # one of them, else the first one's.
+                cause = row if row["name"] in failed else lost[0]
                 self.alerts.append(
                     (
                         index,
@@ -1103,6 +1254,7 @@ class _Batch:
                             f"task {task['task_id']} failed: required action(s) "
                             f"{', '.join(failed)} did not succeed",
                             now,
+                            cause["failure_kind"] or "technical",
                             action_id=row["action_id"] if row["name"] in failed else "",
                         ),
                     )
@@ -1265,6 +1417,7 @@ def _alert(
     kind: str,
     message: str,
     now: dt.datetime,
+    failure_kind: str,
     action_id: str | None = None,
 ) -> dict[str, Any]:
     return {
@@ -1272,6 +1425,7 @@ def _alert(
         "task_id": row["task_id"],
         "action_id": row["action_id"] if action_id is None else action_id,
         "kind": kind,
+        "failure_kind": failure_kind,
         "message": message,
         "delivered": False,
         "delivery_attempts": 0,

@@ -1,4 +1,5 @@
-"""The reach tables: tasks, actions, receipts, history, alerts and channel rate buckets.
+"""The reach tables: tasks, actions, receipts, history, alerts, channel rate buckets, and the
+archive of idempotency keys past their retention.
 
 The action table is also the durable work queue: ``next_at`` (epoch seconds) says when an
 action is next due — a retry of a READY action, a status look-up of a PENDING or UNKNOWN
@@ -8,7 +9,8 @@ they are the database's clock (``reachstore_server.reach.store.db_clock``), neve
 worker whose clock is off must not see a live lease as expired.
 
 Every row carries ``tenant``; ``reachstore_server.reach.store`` is the only code that queries these
-tables, and every caller-facing query filters on it.
+tables (the archive's move and look-up live in ``reachstore_server/reach/dedupe_archive.py``,
+which the store calls), and every caller-facing query filters on it.
 """
 
 from __future__ import annotations
@@ -70,6 +72,8 @@ class ReachActionRow(Base):
         UniqueConstraint("tenant", "idem_key", name="uq_reach_actions_idem_key"),
         Index("ix_reach_actions_due", "state", "next_at"),
         Index("ix_reach_actions_task", "task_id", "position"),
+        # The alert baselines read a week of finished actions (reach/baseline.py).
+        Index("ix_reach_actions_finished", "finished_at"),
     )
 
     action_id: Mapped[str] = mapped_column(String(32), primary_key=True)
@@ -130,7 +134,12 @@ class ReachHistoryRow(Base):
     """One state change of an action, with its reason."""
 
     __tablename__ = "reach_history"
-    __table_args__ = (Index("ix_reach_history_action", "action_id", "id"), NO_ID_REUSE)
+    __table_args__ = (
+        Index("ix_reach_history_action", "action_id", "id"),
+        # The alert baselines and the weekly UNKNOWN review read the history by time.
+        Index("ix_reach_history_at", "at"),
+        NO_ID_REUSE,
+    )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     tenant: Mapped[str] = mapped_column(String(TENANT_LEN))
@@ -149,14 +158,26 @@ class ReachAlertRow(Base):
     review. Delivered through the configured alert channel, if any."""
 
     __tablename__ = "reach_alerts"
-    __table_args__ = (Index("ix_reach_alerts_undelivered", "delivered", "id"), NO_ID_REUSE)
+    __table_args__ = (
+        Index("ix_reach_alerts_undelivered", "delivered", "id"),
+        UniqueConstraint("tenant", "dedupe_key", name="uq_reach_alerts_dedupe_key"),
+        NO_ID_REUSE,
+    )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     tenant: Mapped[str] = mapped_column(String(TENANT_LEN))
     task_id: Mapped[str] = mapped_column(String(32))
     action_id: Mapped[str] = mapped_column(String(32), default="")
     kind: Mapped[str] = mapped_column(String(32))
+    # Whose it is: ``business`` (the receiver refused the request itself) or ``technical``
+    # (the way to it failed); ``engine.alert_channels`` routes each to its own channel.
+    failure_kind: Mapped[str] = mapped_column(
+        String(16), default="technical", server_default="technical"
+    )
     message: Mapped[str] = mapped_column(Text)
+    # Set on an alert that must be raised once however often its cause is seen (a channel's
+    # signal past its baseline, once per channel, signal and hour); NULLs never clash.
+    dedupe_key: Mapped[str | None] = mapped_column(String(200), nullable=True)
     delivered: Mapped[bool] = mapped_column(Boolean, default=False)
     delivery_attempts: Mapped[int] = mapped_column(Integer, default=0)
     delivery_error: Mapped[str] = mapped_column(Text, default="")
@@ -178,3 +199,32 @@ class ReachChannelBucketRow(Base):
     tokens: Mapped[float] = mapped_column(Float)
     stamp: Mapped[float] = mapped_column(Float)  # epoch seconds of the last refill
     version: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class ReachArchivedKeyRow(Base):
+    """An idempotency key whose task outlived the retention (``engine.dedupe_retention_days``)
+    and was moved out of the live tables, still refusing a late duplicate. ``scope`` is
+    ``action`` (an action's key) or ``task`` (the caller's key for the whole task). The move
+    is one transaction (``reachstore_server/reach/dedupe_archive.py``): a key is always in
+    exactly one of the live tables and this one. docs/AT_MOST_ONCE.md, "Dedupe records"."""
+
+    __tablename__ = "reach_archived_keys"
+    __table_args__ = (
+        UniqueConstraint("tenant", "scope", "key", name="uq_reach_archived_keys_key"),
+        Index("ix_reach_archived_keys_archived", "archived_at"),
+        NO_ID_REUSE,
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    tenant: Mapped[str] = mapped_column(String(TENANT_LEN))
+    scope: Mapped[str] = mapped_column(String(8))
+    key: Mapped[str] = mapped_column(String(IDEM_KEY_LEN))
+    task_id: Mapped[str] = mapped_column(String(32))
+    action_id: Mapped[str] = mapped_column(String(32), default="")
+    channel: Mapped[str] = mapped_column(String(64), default="")
+    # A task key's request digest (a reuse with other content is told apart); "" for actions.
+    digest: Mapped[str] = mapped_column(String(64), default="")
+    # The action's (or task's) last state, so a refusal can say how it ended.
+    state: Mapped[str] = mapped_column(String(16))
+    finished_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    archived_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))

@@ -248,7 +248,38 @@ def test_the_health_view_shows_channels_and_a_partially_covered_namespace(
     expect(hook.get_by_role("img", name="Retry rate")).to_be_visible()
     expect(hook).to_contain_text("succeeded")
     expect(page.locator('article[data-channel="limited"]')).to_contain_text("limiter:")
+    # Each channel shows the thresholds its alerts are raised at.
+    thresholds = hook.locator('table[data-baselines="hook"]')
+    expect(thresholds).to_contain_text("Alert thresholds")
+    for signal in ("failure_rate", "unknown_rate", "latency_p99_ms"):
+        expect(thresholds.locator(f'tr[data-signal="{signal}"] td.threshold')).to_be_visible()
+    # A new system has no history yet: said plainly, never an alert.
+    expect(thresholds.locator('tr[data-signal="failure_rate"]')).to_contain_text("not judged")
     shot(page, "health")
+
+
+def test_the_unknown_review_lists_actions_by_channel_and_settlement(
+    page: Page,
+    system: RunningSystem,
+    keys: dict[str, str],
+    agent: httpx.Client,
+    receiver: HttpReceiver,
+    shot: Shot,
+) -> None:
+    receiver.script("hang:30")
+    task = console_system.submit(agent, "WO-console-review")
+    action_id = task["actions"][0]["action_id"]
+    console_system.wait_action(agent, action_id, {"unknown"})
+
+    sign_in(page, system.http_url, keys["operator"], view="unknowns")
+    expect(page.get_by_role("heading", name="UNKNOWN review")).to_be_visible()
+    entry = page.locator(f'tr[data-settled-by="open"] [data-action="{action_id}"]')
+    expect(entry).to_be_visible()
+    expect(entry.get_by_role("link", name=action_id)).to_have_attribute("href", "#/queue")
+    row = page.locator(f'tr:has([data-action="{action_id}"])')
+    expect(row).to_contain_text("still open")
+    expect(row).to_have_attribute("data-channel", task["actions"][0]["channel"])
+    shot(page, "unknown-review")
 
 
 def _tamper_first_event(db: Path, tenant: str) -> None:

@@ -73,6 +73,16 @@ def test_each_view_names_the_service_that_is_down_and_when_to_retry(
     # From the keyboard: the first Tab reaches the skip link, the views are links.
     page.get_by_role("link", name="Review queue").focus()
     page.keyboard.press("Tab")
+    expect(page.get_by_role("link", name="UNKNOWN review")).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("heading", name="UNKNOWN review", exact=True)).to_be_focused()
+    review = page.locator("section[aria-labelledby=unknowns-title]")
+    expect(review).to_contain_text("The reach service is not answering right now")
+    expect(page.get_by_role("button", name="Retry the UNKNOWN review")).to_be_visible()
+    shot(page, "unknowns")
+
+    page.get_by_role("link", name="UNKNOWN review").focus()
+    page.keyboard.press("Tab")
     expect(page.get_by_role("link", name="Health")).to_be_focused()
     page.keyboard.press("Enter")
     expect(page.get_by_role("heading", name="Health", exact=True)).to_be_focused()

@@ -77,6 +77,12 @@ def test_no_file_means_no_channels() -> None:
         ("engine.lease_s", 1, "engine.lease_s"),
         ("engine.alert_channel", "nowhere", "engine.alert_channel"),
         ("engine.speed", 3, "engine.speed"),
+        ("engine.alert_channels", {"sales": "hook"}, "engine.alert_channels.sales"),
+        ("engine.alert_channels", {"business": "nowhere"}, "engine.alert_channels.business"),
+        ("engine.alert_channels", "hook", "engine.alert_channels"),
+        ("engine.dedupe_retention_days", 7, "engine.dedupe_retention_days"),
+        ("engine.dedupe_retention_days", 4000, "engine.dedupe_retention_days"),
+        ("engine.dedupe_retention_days", 90.5, "engine.dedupe_retention_days"),
     ],
 )
 def test_each_mistake_names_its_key(path: str, value: Any, named: str) -> None:
@@ -131,3 +137,21 @@ def test_a_receiver_said_to_de_duplicate_must_be_sent_the_key() -> None:
     data["channels"]["hook"]["webhook"]["idempotency_header"] = False
     with pytest.raises(ConfigError, match="channels.hook.receiver_deduplicates"):
         _checked(data)
+
+
+def test_dedupe_records_are_kept_90_days_unless_the_file_says_otherwise() -> None:
+    assert parse_config(VALID).dedupe_retention_days == 90
+    assert parse_config(_with("engine.dedupe_retention_days", 30)).dedupe_retention_days == 30
+
+
+def test_each_failure_kind_goes_to_its_own_alert_channel_or_the_default_one() -> None:
+    data = copy.deepcopy(VALID)
+    data["channels"]["ops"] = copy.deepcopy(data["channels"]["hook"])
+    data["engine"]["alert_channels"] = {"technical": "ops"}
+    config = parse_config(data)
+    assert config.alert_route("technical") == "ops"
+    assert config.alert_route("business") == "hook"  # engine.alert_channel
+    data["engine"]["alert_channel"] = ""
+    alone = parse_config(data)
+    assert alone.alert_route("business") == "" and alone.routed_failure_kinds == ("technical",)
+    assert parse_config({"channels": {}}).routed_failure_kinds == ()

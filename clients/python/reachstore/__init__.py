@@ -61,6 +61,9 @@ from reachstore._reach_models import (
     ReachTask,
     Receipt,
     Resolution,
+    UnknownReview,
+    UnknownReviewEntry,
+    UnknownReviewGroup,
 )
 from reachstore._retry import RetryPolicy
 from reachstore._tls import Tls
@@ -98,6 +101,9 @@ __all__ = [
     "ReachTask",
     "ReachstoreError",
     "Receipt",
+    "UnknownReview",
+    "UnknownReviewEntry",
+    "UnknownReviewGroup",
     "Resolution",
     "RetryPolicy",
     "SearchRequest",

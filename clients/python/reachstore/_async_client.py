@@ -50,6 +50,7 @@ from reachstore._reach_models import (
     ReachAction,
     ReachResult,
     ReachTask,
+    UnknownReview,
 )
 from reachstore._retry import RetryPolicy
 from reachstore._tls import Tls, resolve_tls
@@ -351,6 +352,11 @@ class AsyncClient:
 
     async def list_channels(self, *, timeout: float | None = None) -> list[Channel]:
         return await self._run(self._ops.list_channels(timeout))
+
+    async def unknown_review(
+        self, *, since_s: int = 7 * 86400, channel: str | None = None, timeout: float | None = None
+    ) -> UnknownReview:
+        return await self._run(self._ops.unknown_review(since_s, channel, timeout))
 
     # --- audit -------------------------------------------------------------------------------
 

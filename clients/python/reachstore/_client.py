@@ -52,6 +52,7 @@ from reachstore._reach_models import (
     ReachAction,
     ReachResult,
     ReachTask,
+    UnknownReview,
 )
 from reachstore._retry import RetryPolicy
 from reachstore._tls import Tls, resolve_tls
@@ -441,6 +442,14 @@ class Client:
     def list_channels(self, *, timeout: float | None = None) -> list[Channel]:
         """The channels this caller may use, each described as a tool."""
         return self._run(self._ops.list_channels(timeout))
+
+    def unknown_review(
+        self, *, since_s: int = 7 * 86400, channel: str | None = None, timeout: float | None = None
+    ) -> UnknownReview:
+        """Every action of this tenant that entered UNKNOWN in the last ``since_s`` seconds
+        (3600 to 90 days; a week by default), grouped by channel and by how it was settled:
+        the weekly UNKNOWN review. Needs the operator scope."""
+        return self._run(self._ops.unknown_review(since_s, channel, timeout))
 
     # --- audit -------------------------------------------------------------------------------
 

@@ -23,6 +23,9 @@ from reachstore._reach_models import (
     ReachTask,
     Receipt,
     Resolution,
+    UnknownReview,
+    UnknownReviewEntry,
+    UnknownReviewGroup,
 )
 from reachstore.reach.v1 import reach_service_pb2 as pb
 
@@ -217,4 +220,33 @@ def channel_from_pb(channel: pb.Channel) -> Channel:
         can_cancel=channel.can_cancel,
         send_rate_per_second=channel.send_rate_per_second,
         breaker_state=channel.breaker_state,
+    )
+
+
+def unknown_review_from_pb(response: pb.GetUnknownReviewResponse) -> UnknownReview:
+    return UnknownReview(
+        groups=[
+            UnknownReviewGroup(
+                channel=group.channel,
+                settled_by=group.settled_by,
+                state=enum_word(ACTION_STATE, group.state),
+                count=group.count,
+                actions=[
+                    UnknownReviewEntry(
+                        action_id=entry.action_id,
+                        task_id=entry.task_id,
+                        name=entry.name,
+                        entered_unknown_at=entry.entered_unknown_at,
+                        settled_at=entry.settled_at,
+                        resolved_by=entry.resolved_by,
+                        note=entry.note,
+                    )
+                    for entry in group.actions
+                ],
+            )
+            for group in response.groups
+        ],
+        total=response.total,
+        since=response.since,
+        generated_at=response.generated_at,
     )

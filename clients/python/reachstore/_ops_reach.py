@@ -23,6 +23,7 @@ from reachstore._reach_models import (
     ReachAction,
     ReachResult,
     ReachTask,
+    UnknownReview,
 )
 from reachstore.reach.v1 import reach_service_pb2 as pb
 
@@ -186,6 +187,15 @@ class ReachOperations(OperationsBase):
             "ReachService.ListChannels", pb.ListChannelsRequest(), pb.ListChannelsResponse, timeout
         )
         return [convert.channel_from_pb(c) for c in response.channels]
+
+    def unknown_review(
+        self, since_s: int, channel: str | None, timeout: float | None
+    ) -> Flow[UnknownReview]:
+        request = pb.GetUnknownReviewRequest(since_s=since_s, channel=channel or "")
+        response = yield from self._call(
+            "ReachService.GetUnknownReview", request, pb.GetUnknownReviewResponse, timeout
+        )
+        return convert.unknown_review_from_pb(response)
 
 
 def _reach_wait_timeout(

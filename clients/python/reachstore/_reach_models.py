@@ -214,3 +214,44 @@ class Channel:
     send_rate_per_second: float
     # "closed", "open" or "half_open", in the process that answered.
     breaker_state: str
+
+
+@dataclasses.dataclass(frozen=True)
+class UnknownReviewEntry:
+    """One action that entered UNKNOWN in the review's period."""
+
+    action_id: str
+    task_id: str
+    name: str
+    # RFC 3339 UTC.
+    entered_unknown_at: str
+    # RFC 3339 UTC; "" while still open.
+    settled_at: str
+    # The key id of the person who resolved it, and their note; "" otherwise.
+    resolved_by: str
+    note: str
+
+
+@dataclasses.dataclass(frozen=True)
+class UnknownReviewGroup:
+    """The actions of one channel settled the same way and ending in the same state."""
+
+    channel: str
+    # "lookup", "operator", "cancelled" or "open".
+    settled_by: str
+    # Their state now ("succeeded", "failed", "needs_review", ...).
+    state: str
+    count: int
+    # At most 100, by when they entered UNKNOWN; ``count`` is the whole number.
+    actions: list[UnknownReviewEntry] = dataclasses.field(hash=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class UnknownReview:
+    """Every action that passed through UNKNOWN since ``since``, grouped by channel and
+    by how it was settled: the weekly read of docs/AT_MOST_ONCE.md's price."""
+
+    groups: list[UnknownReviewGroup] = dataclasses.field(hash=False)
+    total: int
+    since: str
+    generated_at: str

@@ -1,5 +1,5 @@
-"""The operator's calls of ReachService: the review queue, an immediate re-check, and
-per-channel health.
+"""The operator's calls of ReachService: the review queue, an immediate re-check,
+per-channel health with its alert baselines, and the weekly UNKNOWN review.
 
 A mixin of ``ReachServicer`` (it uses the servicer's store, channels, breakers and wake-up),
 kept apart because these calls serve the people running reach, not the agents using it.
@@ -20,7 +20,7 @@ from reachstore_server.common.config import process_name
 from reachstore_server.common.identity import caller
 from reachstore_server.common.pii import Masker
 from reachstore_server.common.timefmt import rfc3339
-from reachstore_server.reach import health
+from reachstore_server.reach import baseline, health, unknown_review
 from reachstore_server.reach import states as st
 from reachstore_server.reach.api import convert, visibility
 from reachstore_server.reach.channels.base import Channel
@@ -33,6 +33,10 @@ from reachstore_server.storage.reach_models import ReachActionRow
 
 MAX_STATES = 10
 MAX_AGE_S = 365 * 24 * 3600
+# The UNKNOWN review's period: a week by default (the weekly read), up to 90 days.
+DEFAULT_REVIEW_S = 7 * 24 * 3600
+MIN_REVIEW_S = 3600
+MAX_REVIEW_S = 90 * 24 * 3600
 _STATE_BY_ENUM = {convert.action_state(name): name for name in st.ACTION_STATES}
 
 
@@ -48,7 +52,8 @@ def action_not_found(action_id: str) -> errors.ReachstoreError:
 
 
 class OperatorCalls:
-    """ListActions, RecheckAction and GetChannelHealth (operator scope, from the protos)."""
+    """ListActions, RecheckAction, GetChannelHealth and GetUnknownReview (operator scope,
+    from the protos)."""
 
     _store: ReachStore
     _config: ReachConfig
@@ -229,6 +234,7 @@ class OperatorCalls:
         signals = health.channel_signals(
             visible, now, window_s, bucket_s, rows.current, rows.finished, rows.changes
         )
+        baselines = await self._baselines(who.tenant, visible, now)
         response = pb.GetChannelHealthResponse(
             window_s=window_s,
             bucket_s=bucket_s,
@@ -260,9 +266,89 @@ class OperatorCalls:
                         out.entered.add(
                             state=convert.action_state(state), count=bucket.entered[state]
                         )
+            for judged in baselines.get(signal.channel, []):
+                entry.baselines.add(
+                    signal=judged.signal,
+                    current=judged.current,
+                    samples=judged.samples,
+                    mean=judged.mean,
+                    stddev=judged.stddev,
+                    threshold=judged.threshold,
+                    history_days=judged.history_days,
+                    alerting=judged.alerting,
+                    not_judged_reason=judged.why_not,
+                    failure_kind=judged.failure_kind,
+                )
             waits = self._limiter_waits(signal.channel)
             if waits is not None:
                 entry.limiter.CopyFrom(waits)
+        return response
+
+    async def _baselines(
+        self, tenant: str, channels: list[str], now: dt.datetime
+    ) -> dict[str, list[baseline.Judgement]]:
+        """Each channel's signals against its history, as the alert sweep judges them
+        (``Executor.judge_baselines``), for the caller's tenant."""
+        policy = self._config.baseline
+        finished, entered = await asyncio.to_thread(
+            self._store.baseline_rows, baseline.history_start(now, policy), tenant
+        )
+        judged = baseline.judge(now, policy, finished, entered, [(tenant, n) for n in channels])
+        out: dict[str, list[baseline.Judgement]] = {}
+        for judgement in judged:
+            if judgement.channel in channels:
+                out.setdefault(judgement.channel, []).append(judgement)
+        return out
+
+    # --- the weekly UNKNOWN review ---------------------------------------------------------
+
+    async def GetUnknownReview(
+        self, request: pb.GetUnknownReviewRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetUnknownReviewResponse:
+        who = caller(context)
+        since_s = request.since_s or DEFAULT_REVIEW_S
+        if not MIN_REVIEW_S <= since_s <= MAX_REVIEW_S:
+            raise errors.invalid(
+                "since_s",
+                f"{MIN_REVIEW_S} to {MAX_REVIEW_S} seconds (0: {DEFAULT_REVIEW_S}, a week)",
+            )
+        if request.channel and not (
+            request.channel in self._config.channels and who.may_reach(request.channel)
+        ):
+            # An unknown channel reads exactly like a forbidden one.
+            raise errors.ReachstoreError(
+                errors.CHANNEL_NOT_ALLOWED,
+                f"channel {request.channel[:64]!r} is not available to this key",
+                field="channel",
+                structured_data={"channel": request.channel[:64]},
+            )
+        now = dt.datetime.now(dt.UTC)
+        since = now - dt.timedelta(seconds=since_s)
+        rows = await asyncio.to_thread(
+            self._store.unknown_review_rows, who.tenant, since, request.channel
+        )
+        # Channels the key may not use stay out, as in every other list.
+        groups = unknown_review.review(r for r in rows if who.may_reach(r.channel))
+        response = pb.GetUnknownReviewResponse(
+            total=sum(g.count for g in groups), since=rfc3339(since), generated_at=rfc3339(now)
+        )
+        for group in groups:
+            out = response.groups.add(
+                channel=group.channel,
+                settled_by=group.settled_by,
+                state=convert.action_state(group.state),
+                count=group.count,
+            )
+            for entry in group.entries:
+                out.actions.add(
+                    action_id=entry.action_id,
+                    task_id=entry.task_id,
+                    name=entry.name,
+                    entered_unknown_at=rfc3339(entry.entered_unknown_at),
+                    settled_at=rfc3339(entry.settled_at) if entry.settled_at else "",
+                    resolved_by=entry.resolved_by,
+                    note=entry.note,
+                )
         return response
 
     def _limiter_waits(self, channel: str) -> pb.LimiterWaits | None:

@@ -506,18 +506,98 @@ class LimiterWaits(_message.Message):
     def __init__(self, sends: _Optional[int] = ..., total_wait_s: _Optional[float] = ..., mean_wait_ms: _Optional[float] = ...) -> None: ...
 
 class ChannelHealth(_message.Message):
-    __slots__ = ("channel", "current", "buckets", "breaker_state", "limiter")
+    __slots__ = ("channel", "current", "buckets", "breaker_state", "limiter", "baselines")
     CHANNEL_FIELD_NUMBER: _ClassVar[int]
     CURRENT_FIELD_NUMBER: _ClassVar[int]
     BUCKETS_FIELD_NUMBER: _ClassVar[int]
     BREAKER_STATE_FIELD_NUMBER: _ClassVar[int]
     LIMITER_FIELD_NUMBER: _ClassVar[int]
+    BASELINES_FIELD_NUMBER: _ClassVar[int]
     channel: str
     current: _containers.RepeatedCompositeFieldContainer[StateCount]
     buckets: _containers.RepeatedCompositeFieldContainer[HealthBucket]
     breaker_state: str
     limiter: LimiterWaits
-    def __init__(self, channel: _Optional[str] = ..., current: _Optional[_Iterable[_Union[StateCount, _Mapping]]] = ..., buckets: _Optional[_Iterable[_Union[HealthBucket, _Mapping]]] = ..., breaker_state: _Optional[str] = ..., limiter: _Optional[_Union[LimiterWaits, _Mapping]] = ...) -> None: ...
+    baselines: _containers.RepeatedCompositeFieldContainer[SignalBaseline]
+    def __init__(self, channel: _Optional[str] = ..., current: _Optional[_Iterable[_Union[StateCount, _Mapping]]] = ..., buckets: _Optional[_Iterable[_Union[HealthBucket, _Mapping]]] = ..., breaker_state: _Optional[str] = ..., limiter: _Optional[_Union[LimiterWaits, _Mapping]] = ..., baselines: _Optional[_Iterable[_Union[SignalBaseline, _Mapping]]] = ...) -> None: ...
+
+class SignalBaseline(_message.Message):
+    __slots__ = ("signal", "current", "samples", "mean", "stddev", "threshold", "history_days", "alerting", "not_judged_reason", "failure_kind")
+    SIGNAL_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    MEAN_FIELD_NUMBER: _ClassVar[int]
+    STDDEV_FIELD_NUMBER: _ClassVar[int]
+    THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_DAYS_FIELD_NUMBER: _ClassVar[int]
+    ALERTING_FIELD_NUMBER: _ClassVar[int]
+    NOT_JUDGED_REASON_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_KIND_FIELD_NUMBER: _ClassVar[int]
+    signal: str
+    current: float
+    samples: int
+    mean: float
+    stddev: float
+    threshold: float
+    history_days: int
+    alerting: bool
+    not_judged_reason: str
+    failure_kind: str
+    def __init__(self, signal: _Optional[str] = ..., current: _Optional[float] = ..., samples: _Optional[int] = ..., mean: _Optional[float] = ..., stddev: _Optional[float] = ..., threshold: _Optional[float] = ..., history_days: _Optional[int] = ..., alerting: _Optional[bool] = ..., not_judged_reason: _Optional[str] = ..., failure_kind: _Optional[str] = ...) -> None: ...
+
+class GetUnknownReviewRequest(_message.Message):
+    __slots__ = ("since_s", "channel")
+    SINCE_S_FIELD_NUMBER: _ClassVar[int]
+    CHANNEL_FIELD_NUMBER: _ClassVar[int]
+    since_s: int
+    channel: str
+    def __init__(self, since_s: _Optional[int] = ..., channel: _Optional[str] = ...) -> None: ...
+
+class UnknownReviewEntry(_message.Message):
+    __slots__ = ("action_id", "task_id", "name", "entered_unknown_at", "settled_at", "resolved_by", "note")
+    ACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ENTERED_UNKNOWN_AT_FIELD_NUMBER: _ClassVar[int]
+    SETTLED_AT_FIELD_NUMBER: _ClassVar[int]
+    RESOLVED_BY_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    action_id: str
+    task_id: str
+    name: str
+    entered_unknown_at: str
+    settled_at: str
+    resolved_by: str
+    note: str
+    def __init__(self, action_id: _Optional[str] = ..., task_id: _Optional[str] = ..., name: _Optional[str] = ..., entered_unknown_at: _Optional[str] = ..., settled_at: _Optional[str] = ..., resolved_by: _Optional[str] = ..., note: _Optional[str] = ...) -> None: ...
+
+class UnknownReviewGroup(_message.Message):
+    __slots__ = ("channel", "settled_by", "state", "count", "actions")
+    CHANNEL_FIELD_NUMBER: _ClassVar[int]
+    SETTLED_BY_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    ACTIONS_FIELD_NUMBER: _ClassVar[int]
+    channel: str
+    settled_by: str
+    state: ActionState
+    count: int
+    actions: _containers.RepeatedCompositeFieldContainer[UnknownReviewEntry]
+    def __init__(self, channel: _Optional[str] = ..., settled_by: _Optional[str] = ..., state: _Optional[_Union[ActionState, str]] = ..., count: _Optional[int] = ..., actions: _Optional[_Iterable[_Union[UnknownReviewEntry, _Mapping]]] = ...) -> None: ...
+
+class GetUnknownReviewResponse(_message.Message):
+    __slots__ = ("groups", "total", "since", "generated_at", "partial_failures")
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    GENERATED_AT_FIELD_NUMBER: _ClassVar[int]
+    PARTIAL_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    groups: _containers.RepeatedCompositeFieldContainer[UnknownReviewGroup]
+    total: int
+    since: str
+    generated_at: str
+    partial_failures: _containers.RepeatedCompositeFieldContainer[_partial_failure_pb2.PartialFailure]
+    def __init__(self, groups: _Optional[_Iterable[_Union[UnknownReviewGroup, _Mapping]]] = ..., total: _Optional[int] = ..., since: _Optional[str] = ..., generated_at: _Optional[str] = ..., partial_failures: _Optional[_Iterable[_Union[_partial_failure_pb2.PartialFailure, _Mapping]]] = ...) -> None: ...
 
 class GetChannelHealthResponse(_message.Message):
     __slots__ = ("channels", "window_s", "bucket_s", "replica", "generated_at", "partial_failures")

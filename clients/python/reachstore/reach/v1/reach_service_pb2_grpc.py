@@ -92,6 +92,11 @@ class ReachServiceStub:
                 request_serializer=reachstore_dot_reach_dot_v1_dot_reach__service__pb2.GetChannelHealthRequest.SerializeToString,
                 response_deserializer=reachstore_dot_reach_dot_v1_dot_reach__service__pb2.GetChannelHealthResponse.FromString,
                 _registered_method=True)
+        self.GetUnknownReview = channel.unary_unary(
+                '/reachstore.reach.v1.ReachService/GetUnknownReview',
+                request_serializer=reachstore_dot_reach_dot_v1_dot_reach__service__pb2.GetUnknownReviewRequest.SerializeToString,
+                response_deserializer=reachstore_dot_reach_dot_v1_dot_reach__service__pb2.GetUnknownReviewResponse.FromString,
+                _registered_method=True)
 
 
 class ReachServiceServicer:
@@ -191,6 +196,15 @@ class ReachServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetUnknownReview(self, request, context):
+        """The weekly UNKNOWN review: every action of the caller's tenant that entered UNKNOWN in
+        the period, grouped by channel and by how it was settled (by the receiver's look-up, by
+        a person, by a cancel, or still open). Needs the operator scope.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ReachServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -248,6 +262,11 @@ def add_ReachServiceServicer_to_server(servicer, server):
                     servicer.GetChannelHealth,
                     request_deserializer=reachstore_dot_reach_dot_v1_dot_reach__service__pb2.GetChannelHealthRequest.FromString,
                     response_serializer=reachstore_dot_reach_dot_v1_dot_reach__service__pb2.GetChannelHealthResponse.SerializeToString,
+            ),
+            'GetUnknownReview': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetUnknownReview,
+                    request_deserializer=reachstore_dot_reach_dot_v1_dot_reach__service__pb2.GetUnknownReviewRequest.FromString,
+                    response_serializer=reachstore_dot_reach_dot_v1_dot_reach__service__pb2.GetUnknownReviewResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -550,6 +569,33 @@ class ReachService:
             '/reachstore.reach.v1.ReachService/GetChannelHealth',
             reachstore_dot_reach_dot_v1_dot_reach__service__pb2.GetChannelHealthRequest.SerializeToString,
             reachstore_dot_reach_dot_v1_dot_reach__service__pb2.GetChannelHealthResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetUnknownReview(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/reachstore.reach.v1.ReachService/GetUnknownReview',
+            reachstore_dot_reach_dot_v1_dot_reach__service__pb2.GetUnknownReviewRequest.SerializeToString,
+            reachstore_dot_reach_dot_v1_dot_reach__service__pb2.GetUnknownReviewResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -124,6 +124,7 @@ export const api = {
     call("POST", `/api/v1/reach/actions/${encodeURIComponent(id)}:recheck`, { body: {} }),
   listChannels: () => call("GET", "/api/v1/reach/channels"),
   channelHealth: (query) => call("GET", "/api/v1/reach/health", { query }),
+  unknownReview: (query) => call("GET", "/api/v1/reach/unknowns", { query }),
   namespaceHealth: (query) => call("GET", "/api/v1/namespaces:health", { query }),
   listEvents: (query) => call("GET", "/api/v1/audit/events", { query }),
   verify: (body) => call("POST", "/api/v1/audit:verify", { body }),

@@ -1,5 +1,5 @@
 // The console's entry point: sign-in with an operator key (kept in sessionStorage for this
-// tab only), and the three views behind hash links (#/queue, #/health, #/audit), so the
+// tab only), and the views behind hash links (#/queue, #/unknowns, #/health, #/audit), so the
 // browser's back button and bookmarks work and every view is a real link.
 
 import { api, savedKey, saveKey, forgetKey } from "./api.js";
@@ -8,9 +8,10 @@ import { describeError, retryAdvice } from "./notices.js";
 import { renderQueue } from "./queue.js";
 import { renderHealth } from "./health.js";
 import { renderAudit } from "./audit.js";
+import { renderUnknowns } from "./unknowns.js";
 
-const VIEWS = { queue: renderQueue, health: renderHealth, audit: renderAudit };
-const TITLES = { queue: "Review queue", health: "Health", audit: "Audit" };
+const VIEWS = { queue: renderQueue, unknowns: renderUnknowns, health: renderHealth, audit: renderAudit };
+const TITLES = { queue: "Review queue", unknowns: "UNKNOWN review", health: "Health", audit: "Audit" };
 
 const el = (id) => document.getElementById(id);
 

@@ -3,6 +3,9 @@
 // waits of the reach replica that answered; per namespace, document counts, index state
 // and recent query coverage (ListNamespaceHealth, counted by the query replica that
 // answered). Each half loads on its own, so one service being down hides nothing else.
+// Each channel also shows its alert thresholds: the last hour's failure rate, UNKNOWN rate
+// and latency p99 against the same hour of the day over the last days
+// (reachstore_server/reach/baseline.py).
 
 import { api } from "./api.js";
 import { h, clear, field, select, fmtMs, pct, fmtTime } from "./dom.js";
@@ -137,7 +140,41 @@ function channelCard(channel) {
             values: buckets.map((b) => (Number(b.sends) ? b.retry_rate : null)) }],
           xLabels, (v) => pct(v), sends ? `${retries} retries for ${sends} sends` : "nothing sent in the window"),
         h("figcaption", {}, `Retry rate (${retries} retries / ${sends} sends)`),
-        sends ? null : h("p", { class: "muted" }, "nothing sent in the window"))));
+        sends ? null : h("p", { class: "muted" }, "nothing sent in the window"))),
+    baselineTable(channel));
+}
+
+const SIGNALS = {
+  failure_rate: ["Failure rate", pct],
+  unknown_rate: ["UNKNOWN rate", pct],
+  latency_p99_ms: ["Latency p99", fmtMs],
+};
+
+// The thresholds alerts are raised at, and where each signal stands against them.
+function baselineTable(channel) {
+  const rows = channel.baselines || [];
+  if (!rows.length) return null;
+  return h("table", { class: "grid baselines", "data-baselines": channel.channel },
+    h("caption", {}, "Alert thresholds: the last hour against the same hour of the day " +
+      "over the last days (mean + 3 standard deviations)"),
+    h("thead", {}, h("tr", {},
+      ["Signal", "Last hour", "Samples", "Usual (mean)", "Deviation", "Threshold", "Days", "Status"]
+        .map((t) => h("th", { scope: "col" }, t)))),
+    h("tbody", {}, rows.map((b) => {
+      const [label, fmt] = SIGNALS[b.signal] || [b.signal, (v) => String(v)];
+      const status = b.alerting
+        ? `alerting (${b.failure_kind})`
+        : b.not_judged_reason ? `not judged: ${b.not_judged_reason}` : "within";
+      return h("tr", { "data-signal": b.signal, class: b.alerting ? "partial" : "" },
+        h("th", { scope: "row" }, label),
+        h("td", { class: "num" }, fmt(b.current || 0)),
+        h("td", { class: "num" }, String(b.samples || 0)),
+        h("td", { class: "num" }, fmt(b.mean || 0)),
+        h("td", { class: "num" }, fmt(b.stddev || 0)),
+        h("td", { class: "num threshold" }, fmt(b.threshold || 0)),
+        h("td", { class: "num" }, String(b.history_days || 0)),
+        h("td", { class: "status" }, status));
+    })));
 }
 
 async function loadNamespaces(section) {

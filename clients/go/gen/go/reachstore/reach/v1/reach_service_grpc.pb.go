@@ -53,6 +53,10 @@ type ReachServiceClient interface {
 	// circuit breaker's state and the limiter's waits of the replica that answered. Needs the
 	// operator scope.
 	GetChannelHealth(ctx context.Context, in *GetChannelHealthRequest, opts ...grpc.CallOption) (*GetChannelHealthResponse, error)
+	// The weekly UNKNOWN review: every action of the caller's tenant that entered UNKNOWN in
+	// the period, grouped by channel and by how it was settled (by the receiver's look-up, by
+	// a person, by a cancel, or still open). Needs the operator scope.
+	GetUnknownReview(ctx context.Context, in *GetUnknownReviewRequest, opts ...grpc.CallOption) (*GetUnknownReviewResponse, error)
 }
 
 type reachServiceClient struct {
@@ -162,6 +166,15 @@ func (c *reachServiceClient) GetChannelHealth(ctx context.Context, in *GetChanne
 	return out, nil
 }
 
+func (c *reachServiceClient) GetUnknownReview(ctx context.Context, in *GetUnknownReviewRequest, opts ...grpc.CallOption) (*GetUnknownReviewResponse, error) {
+	out := new(GetUnknownReviewResponse)
+	err := c.cc.Invoke(ctx, "/reachstore.reach.v1.ReachService/GetUnknownReview", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ReachServiceServer is the server API for ReachService service.
 // All implementations must embed UnimplementedReachServiceServer
 // for forward compatibility
@@ -202,6 +215,10 @@ type ReachServiceServer interface {
 	// circuit breaker's state and the limiter's waits of the replica that answered. Needs the
 	// operator scope.
 	GetChannelHealth(context.Context, *GetChannelHealthRequest) (*GetChannelHealthResponse, error)
+	// The weekly UNKNOWN review: every action of the caller's tenant that entered UNKNOWN in
+	// the period, grouped by channel and by how it was settled (by the receiver's look-up, by
+	// a person, by a cancel, or still open). Needs the operator scope.
+	GetUnknownReview(context.Context, *GetUnknownReviewRequest) (*GetUnknownReviewResponse, error)
 	mustEmbedUnimplementedReachServiceServer()
 }
 
@@ -241,6 +258,9 @@ func (UnimplementedReachServiceServer) RecheckAction(context.Context, *RecheckAc
 }
 func (UnimplementedReachServiceServer) GetChannelHealth(context.Context, *GetChannelHealthRequest) (*GetChannelHealthResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method GetChannelHealth not implemented")
+}
+func (UnimplementedReachServiceServer) GetUnknownReview(context.Context, *GetUnknownReviewRequest) (*GetUnknownReviewResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GetUnknownReview not implemented")
 }
 func (UnimplementedReachServiceServer) mustEmbedUnimplementedReachServiceServer() {}
 
@@ -453,6 +473,24 @@ func _ReachService_GetChannelHealth_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ReachService_GetUnknownReview_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetUnknownReviewRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ReachServiceServer).GetUnknownReview(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/reachstore.reach.v1.ReachService/GetUnknownReview",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ReachServiceServer).GetUnknownReview(ctx, req.(*GetUnknownReviewRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 var _ReachService_serviceDesc = grpc.ServiceDesc{
 	ServiceName: "reachstore.reach.v1.ReachService",
 	HandlerType: (*ReachServiceServer)(nil),
@@ -500,6 +538,10 @@ var _ReachService_serviceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetChannelHealth",
 			Handler:    _ReachService_GetChannelHealth_Handler,
+		},
+		{
+			MethodName: "GetUnknownReview",
+			Handler:    _ReachService_GetUnknownReview_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -19,7 +19,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file reachstore/reach/v1/reach_service.proto.
  */
 export const file_reachstore_reach_v1_reach_service: GenFile = /*@__PURE__*/
-  fileDesc("CidyZWFjaHN0b3JlL3JlYWNoL3YxL3JlYWNoX3NlcnZpY2UucHJvdG8SE3JlYWNoc3RvcmUucmVhY2gudjEitAEKCkFjdGlvblNwZWMSDAoEbmFtZRgBIAEoCRIPCgdjaGFubmVsGAIgASgJEhMKC2FjdGlvbl90eXBlGAMgASgJEicKBnBhcmFtcxgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSEgoKZGVwZW5kc19vbhgFIAMoCRI1CgtyZXF1aXJlbWVudBgGIAEoDjIgLnJlYWNoc3RvcmUucmVhY2gudjEuUmVxdWlyZW1lbnQisAEKEVN1Ym1pdFRhc2tSZXF1ZXN0EhEKCWVudGl0eV9pZBgBIAEoCRIXCg9pZGVtcG90ZW5jeV9rZXkYAiABKAkSFAoMbG9naWNhbF90aW1lGAMgASgJEjAKB2FjdGlvbnMYBCADKAsyHy5yZWFjaHN0b3JlLnJlYWNoLnYxLkFjdGlvblNwZWMSFQoNdmFsaWRhdGVfb25seRgFIAEoCBIQCgh0cmFjZV9pZBgGIAEoCSKrAQoSU3VibWl0VGFza1Jlc3BvbnNlEicKBHRhc2sYASABKAsyGS5yZWFjaHN0b3JlLnJlYWNoLnYxLlRhc2sSFAoMZGVkdXBsaWNhdGVkGAIgASgIEhYKDnZhbGlkYXRlZF9vbmx5GAMgASgIEj4KEHBhcnRpYWxfZmFpbHVyZXMYBCADKAsyJC5yZWFjaHN0b3JlLmNvbW1vbi52MS5QYXJ0aWFsRmFpbHVyZSKTAQoMUmVhY2hSZXF1ZXN0Ei8KBmFjdGlvbhgBIAEoCzIfLnJlYWNoc3RvcmUucmVhY2gudjEuQWN0aW9uU3BlYxIRCgllbnRpdHlfaWQYAiABKAkSFwoPaWRlbXBvdGVuY3lfa2V5GAMgASgJEhQKDGxvZ2ljYWxfdGltZRgEIAEoCRIQCgh0cmFjZV9pZBgFIAEoCSLTAQoNUmVhY2hSZXNwb25zZRIPCgd0YXNrX2lkGAEgASgJEhEKCWFjdGlvbl9pZBgCIAEoCRIXCg9pZGVtcG90ZW5jeV9rZXkYAyABKAkSLwoFc3RhdGUYBCABKA4yIC5yZWFjaHN0b3JlLnJlYWNoLnYxLkFjdGlvblN0YXRlEhQKDGRlZHVwbGljYXRlZBgFIAEoCBI+ChBwYXJ0aWFsX2ZhaWx1cmVzGAYgAygLMiQucmVhY2hzdG9yZS5jb21tb24udjEuUGFydGlhbEZhaWx1cmUi2gIKBFRhc2sSDwoHdGFza19pZBgBIAEoCRIRCgllbnRpdHlfaWQYAiABKAkSFwoPaWRlbXBvdGVuY3lfa2V5GAMgASgJEhQKDGxvZ2ljYWxfdGltZRgEIAEoCRItCgVzdGF0ZRgFIAEoDjIeLnJlYWNoc3RvcmUucmVhY2gudjEuVGFza1N0YXRlEhAKCHRyYWNlX2lkGAYgASgJEhQKDHN1Ym1pdHRlZF9ieRgHIAEoCRIPCgd2ZXJzaW9uGAggASgDEiwKB2FjdGlvbnMYCSADKAsyGy5yZWFjaHN0b3JlLnJlYWNoLnYxLkFjdGlvbhISCgpjcmVhdGVkX2F0GAogASgJEhIKCnVwZGF0ZWRfYXQYCyABKAkSEwoLZmluaXNoZWRfYXQYDCABKAkSGgoNcG9sbF9hZnRlcl9tcxgNIAEoA0gAiAEBQhAKDl9wb2xsX2FmdGVyX21zIsgFCgZBY3Rpb24SEQoJYWN0aW9uX2lkGAEgASgJEg8KB3Rhc2tfaWQYAiABKAkSDAoEbmFtZRgDIAEoCRIPCgdjaGFubmVsGAQgASgJEhMKC2FjdGlvbl90eXBlGAUgASgJEicKBnBhcmFtcxgGIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSEgoKZGVwZW5kc19vbhgHIAMoCRI1CgtyZXF1aXJlbWVudBgIIAEoDjIgLnJlYWNoc3RvcmUucmVhY2gudjEuUmVxdWlyZW1lbnQSFwoPaWRlbXBvdGVuY3lfa2V5GAkgASgJEg4KBndpbmRvdxgKIAEoCRIvCgVzdGF0ZRgLIAEoDjIgLnJlYWNoc3RvcmUucmVhY2gudjEuQWN0aW9uU3RhdGUSEAoIYXR0ZW1wdHMYDCABKAUSDQoFcG9sbHMYDSABKAUSEwoLZXh0ZXJuYWxfaWQYDiABKAkSNQoHZmFpbHVyZRgPIAEoCzIkLnJlYWNoc3RvcmUuY29tbW9uLnYxLlBhcnRpYWxGYWlsdXJlEjYKDGZhaWx1cmVfa2luZBgQIAEoDjIgLnJlYWNoc3RvcmUucmVhY2gudjEuRmFpbHVyZUtpbmQSFwoPbmV4dF9hdHRlbXB0X2F0GBEgASgJEjkKCnJlc29sdXRpb24YEiABKAsyJS5yZWFjaHN0b3JlLnJlYWNoLnYxLkFjdGlvblJlc29sdXRpb24SLgoIcmVjZWlwdHMYEyADKAsyHC5yZWFjaHN0b3JlLnJlYWNoLnYxLlJlY2VpcHQSMgoHaGlzdG9yeRgUIAMoCzIhLnJlYWNoc3RvcmUucmVhY2gudjEuSGlzdG9yeUVudHJ5EhIKCmNyZWF0ZWRfYXQYFSABKAkSEgoKdXBkYXRlZF9hdBgWIAEoCRITCgtmaW5pc2hlZF9hdBgXIAEoCSJ8ChBBY3Rpb25SZXNvbHV0aW9uEjAKB291dGNvbWUYASABKA4yHy5yZWFjaHN0b3JlLnJlYWNoLnYxLlJlc29sdXRpb24SDAoEbm90ZRgCIAEoCRITCgtyZXNvbHZlZF9ieRgDIAEoCRITCgtyZXNvbHZlZF9hdBgEIAEoCSKiAQoHUmVjZWlwdBIPCgdhdHRlbXB0GAEgASgFEhEKCW9wZXJhdGlvbhgCIAEoCRITCgtleHRlcm5hbF9pZBgDIAEoCRITCgtzdGF0dXNfY29kZRgEIAEoBRIPCgdzbmlwcGV0GAUgASgJEhMKC2R1cmF0aW9uX21zGAYgASgDEg8KB291dGNvbWUYByABKAkSEgoKY3JlYXRlZF9hdBgIIAEoCSK+AQoMSGlzdG9yeUVudHJ5EgoKAmF0GAEgASgJEjQKCmZyb21fc3RhdGUYAiABKA4yIC5yZWFjaHN0b3JlLnJlYWNoLnYxLkFjdGlvblN0YXRlEjIKCHRvX3N0YXRlGAMgASgOMiAucmVhY2hzdG9yZS5yZWFjaC52MS5BY3Rpb25TdGF0ZRIOCgZyZWFzb24YBCABKAkSKAoHZGV0YWlscxgFIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QiSQoOR2V0VGFza1JlcXVlc3QSDwoHdGFza19pZBgBIAEoCRIPCgd3YWl0X21zGAIgASgFEhUKDWtub3duX3ZlcnNpb24YAyABKAMiegoPR2V0VGFza1Jlc3BvbnNlEicKBHRhc2sYASABKAsyGS5yZWFjaHN0b3JlLnJlYWNoLnYxLlRhc2sSPgoQcGFydGlhbF9mYWlsdXJlcxgCIAMoCzIkLnJlYWNoc3RvcmUuY29tbW9uLnYxLlBhcnRpYWxGYWlsdXJlIowBChBMaXN0VGFza3NSZXF1ZXN0Ei0KBXN0YXRlGAEgASgOMh4ucmVhY2hzdG9yZS5yZWFjaC52MS5UYXNrU3RhdGUSDwoHY2hhbm5lbBgCIAEoCRIRCgllbnRpdHlfaWQYAyABKAkSEQoJcGFnZV9zaXplGAQgASgFEhIKCnBhZ2VfdG9rZW4YBSABKAkilgEKEUxpc3RUYXNrc1Jlc3BvbnNlEigKBXRhc2tzGAEgAygLMhkucmVhY2hzdG9yZS5yZWFjaC52MS5UYXNrEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCRI+ChBwYXJ0aWFsX2ZhaWx1cmVzGAMgAygLMiQucmVhY2hzdG9yZS5jb21tb24udjEuUGFydGlhbEZhaWx1cmUiJQoQR2V0QWN0aW9uUmVxdWVzdBIRCglhY3Rpb25faWQYASABKAkigAEKEUdldEFjdGlvblJlc3BvbnNlEisKBmFjdGlvbhgBIAEoCzIbLnJlYWNoc3RvcmUucmVhY2gudjEuQWN0aW9uEj4KEHBhcnRpYWxfZmFpbHVyZXMYAiADKAsyJC5yZWFjaHN0b3JlLmNvbW1vbi52MS5QYXJ0aWFsRmFpbHVyZSIoChNDYW5jZWxBY3Rpb25SZXF1ZXN0EhEKCWFjdGlvbl9pZBgBIAEoCSKWAQoUQ2FuY2VsQWN0aW9uUmVzcG9uc2USKwoGYWN0aW9uGAEgASgLMhsucmVhY2hzdG9yZS5yZWFjaC52MS5BY3Rpb24SEQoJY2FuY2VsbGVkGAIgASgIEj4KEHBhcnRpYWxfZmFpbHVyZXMYAyADKAsyJC5yZWFjaHN0b3JlLmNvbW1vbi52MS5QYXJ0aWFsRmFpbHVyZSJpChRSZXNvbHZlQWN0aW9uUmVxdWVzdBIRCglhY3Rpb25faWQYASABKAkSMAoHb3V0Y29tZRgCIAEoDjIfLnJlYWNoc3RvcmUucmVhY2gudjEuUmVzb2x1dGlvbhIMCgRub3RlGAMgASgJIoQBChVSZXNvbHZlQWN0aW9uUmVzcG9uc2USKwoGYWN0aW9uGAEgASgLMhsucmVhY2hzdG9yZS5yZWFjaC52MS5BY3Rpb24SPgoQcGFydGlhbF9mYWlsdXJlcxgCIAMoCzIkLnJlYWNoc3RvcmUuY29tbW9uLnYxLlBhcnRpYWxGYWlsdXJlIhUKE0xpc3RDaGFubmVsc1JlcXVlc3QihgEKFExpc3RDaGFubmVsc1Jlc3BvbnNlEi4KCGNoYW5uZWxzGAEgAygLMhwucmVhY2hzdG9yZS5yZWFjaC52MS5DaGFubmVsEj4KEHBhcnRpYWxfZmFpbHVyZXMYAiADKAsyJC5yZWFjaHN0b3JlLmNvbW1vbi52MS5QYXJ0aWFsRmFpbHVyZSK4AgoHQ2hhbm5lbBIMCgRuYW1lGAEgASgJEgwKBGtpbmQYAiABKAkSEwoLZGVzY3JpcHRpb24YAyABKAkSEwoLc2lkZV9lZmZlY3QYBCABKAkSFAoMYWN0aW9uX3R5cGVzGAUgAygJEjIKEXBhcmFtZXRlcnNfc2NoZW1hGAYgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBINCgVydWxlcxgHIAMoCRISCgppZGVtcG90ZW50GAggASgIEh8KF2hvbm91cnNfaWRlbXBvdGVuY3lfa2V5GAkgASgIEhAKCGNhbl9wb2xsGAogASgIEhIKCmNhbl9jYW5jZWwYCyABKAgSHAoUc2VuZF9yYXRlX3Blcl9zZWNvbmQYDCABKAESFQoNYnJlYWtlcl9zdGF0ZRgNIAEoCSK0AQoSTGlzdEFjdGlvbnNSZXF1ZXN0EjAKBnN0YXRlcxgBIAMoDjIgLnJlYWNoc3RvcmUucmVhY2gudjEuQWN0aW9uU3RhdGUSDwoHY2hhbm5lbBgCIAEoCRIOCgZ0ZW5hbnQYAyABKAkSEQoJbWluX2FnZV9zGAQgASgFEhEKCW1heF9hZ2VfcxgFIAEoBRIRCglwYWdlX3NpemUYBiABKAUSEgoKcGFnZV90b2tlbhgHIAEoCSKsAQoTTGlzdEFjdGlvbnNSZXNwb25zZRIsCgdhY3Rpb25zGAEgAygLMhsucmVhY2hzdG9yZS5yZWFjaC52MS5BY3Rpb24SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJEg4KBnRlbmFudBgDIAEoCRI+ChBwYXJ0aWFsX2ZhaWx1cmVzGAQgAygLMiQucmVhY2hzdG9yZS5jb21tb24udjEuUGFydGlhbEZhaWx1cmUiKQoUUmVjaGVja0FjdGlvblJlcXVlc3QSEQoJYWN0aW9uX2lkGAEgASgJIpcBChVSZWNoZWNrQWN0aW9uUmVzcG9uc2USKwoGYWN0aW9uGAEgASgLMhsucmVhY2hzdG9yZS5yZWFjaC52MS5BY3Rpb24SEQoJc2NoZWR1bGVkGAIgASgIEj4KEHBhcnRpYWxfZmFpbHVyZXMYAyADKAsyJC5yZWFjaHN0b3JlLmNvbW1vbi52MS5QYXJ0aWFsRmFpbHVyZSJOChdHZXRDaGFubmVsSGVhbHRoUmVxdWVzdBIPCgdjaGFubmVsGAEgASgJEhAKCHdpbmRvd19zGAIgASgFEhAKCGJ1Y2tldF9zGAMgASgFIkwKClN0YXRlQ291bnQSLwoFc3RhdGUYASABKA4yIC5yZWFjaHN0b3JlLnJlYWNoLnYxLkFjdGlvblN0YXRlEg0KBWNvdW50GAIgASgDIt0BCgxIZWFsdGhCdWNrZXQSDQoFc3RhcnQYASABKAkSMAoHZW50ZXJlZBgCIAMoCzIfLnJlYWNoc3RvcmUucmVhY2gudjEuU3RhdGVDb3VudBIQCghmaW5pc2hlZBgDIAEoAxIWCg5sYXRlbmN5X3A1MF9tcxgEIAEoARIWCg5sYXRlbmN5X3A5NV9tcxgFIAEoARIWCg5sYXRlbmN5X3A5OV9tcxgGIAEoARINCgVzZW5kcxgHIAEoAxIPCgdyZXRyaWVzGAggASgDEhIKCnJldHJ5X3JhdGUYCSABKAEiSQoMTGltaXRlcldhaXRzEg0KBXNlbmRzGAEgASgDEhQKDHRvdGFsX3dhaXRfcxgCIAEoARIUCgxtZWFuX3dhaXRfbXMYAyABKAEi0QEKDUNoYW5uZWxIZWFsdGgSDwoHY2hhbm5lbBgBIAEoCRIwCgdjdXJyZW50GAIgAygLMh8ucmVhY2hzdG9yZS5yZWFjaC52MS5TdGF0ZUNvdW50EjIKB2J1Y2tldHMYAyADKAsyIS5yZWFjaHN0b3JlLnJlYWNoLnYxLkhlYWx0aEJ1Y2tldBIVCg1icmVha2VyX3N0YXRlGAQgASgJEjIKB2xpbWl0ZXIYBSABKAsyIS5yZWFjaHN0b3JlLnJlYWNoLnYxLkxpbWl0ZXJXYWl0cyLbAQoYR2V0Q2hhbm5lbEhlYWx0aFJlc3BvbnNlEjQKCGNoYW5uZWxzGAEgAygLMiIucmVhY2hzdG9yZS5yZWFjaC52MS5DaGFubmVsSGVhbHRoEhAKCHdpbmRvd19zGAIgASgFEhAKCGJ1Y2tldF9zGAMgASgFEg8KB3JlcGxpY2EYBCABKAkSFAoMZ2VuZXJhdGVkX2F0GAUgASgJEj4KEHBhcnRpYWxfZmFpbHVyZXMYBiADKAsyJC5yZWFjaHN0b3JlLmNvbW1vbi52MS5QYXJ0aWFsRmFpbHVyZSqIAQoJVGFza1N0YXRlEhoKFlRBU0tfU1RBVEVfVU5TUEVDSUZJRUQQABIWChJUQVNLX1NUQVRFX1BFTkRJTkcQARIWChJUQVNLX1NUQVRFX1JVTk5JTkcQAhIYChRUQVNLX1NUQVRFX1NVQ0NFRURFRBADEhUKEVRBU0tfU1RBVEVfRkFJTEVEEAQquAIKC0FjdGlvblN0YXRlEhwKGEFDVElPTl9TVEFURV9VTlNQRUNJRklFRBAAEhgKFEFDVElPTl9TVEFURV9CTE9DS0VEEAESFgoSQUNUSU9OX1NUQVRFX1JFQURZEAISGwoXQUNUSU9OX1NUQVRFX1NVQk1JVFRJTkcQAxIYChRBQ1RJT05fU1RBVEVfUEVORElORxAEEhoKFkFDVElPTl9TVEFURV9TVUNDRUVERUQQBRIXChNBQ1RJT05fU1RBVEVfRkFJTEVEEAYSGAoUQUNUSU9OX1NUQVRFX1VOS05PV04QBxIdChlBQ1RJT05fU1RBVEVfTkVFRFNfUkVWSUVXEAgSGgoWQUNUSU9OX1NUQVRFX0NBTkNFTExFRBAJEhgKFEFDVElPTl9TVEFURV9TS0lQUEVEEAoqXgoLUmVxdWlyZW1lbnQSGwoXUkVRVUlSRU1FTlRfVU5TUEVDSUZJRUQQABIYChRSRVFVSVJFTUVOVF9SRVFVSVJFRBABEhgKFFJFUVVJUkVNRU5UX09QVElPTkFMEAIqYgoLRmFpbHVyZUtpbmQSHAoYRkFJTFVSRV9LSU5EX1VOU1BFQ0lGSUVEEAASGQoVRkFJTFVSRV9LSU5EX0JVU0lORVNTEAESGgoWRkFJTFVSRV9LSU5EX1RFQ0hOSUNBTBACKlkKClJlc29sdXRpb24SGgoWUkVTT0xVVElPTl9VTlNQRUNJRklFRBAAEhgKFFJFU09MVVRJT05fU1VDQ0VFREVEEAESFQoRUkVTT0xVVElPTl9GQUlMRUQQAjL8DAoMUmVhY2hTZXJ2aWNlEosBCgpTdWJtaXRUYXNrEiYucmVhY2hzdG9yZS5yZWFjaC52MS5TdWJtaXRUYXNrUmVxdWVzdBonLnJlYWNoc3RvcmUucmVhY2gudjEuU3VibWl0VGFza1Jlc3BvbnNlIizA8xjKAcrzGAVyZWFjaILT5JMCGDoBKiITL2FwaS92MS9yZWFjaC90YXNrcxJ8CgVSZWFjaBIhLnJlYWNoc3RvcmUucmVhY2gudjEuUmVhY2hSZXF1ZXN0GiIucmVhY2hzdG9yZS5yZWFjaC52MS5SZWFjaFJlc3BvbnNlIizA8xjKAcrzGAVyZWFjaILT5JMCGDoBKiITL2FwaS92MS9yZWFjaDpyZWFjaBKGAQoHR2V0VGFzaxIjLnJlYWNoc3RvcmUucmVhY2gudjEuR2V0VGFza1JlcXVlc3QaJC5yZWFjaHN0b3JlLnJlYWNoLnYxLkdldFRhc2tSZXNwb25zZSIwkAIByvMYBHJlYWSC0+STAh8SHS9hcGkvdjEvcmVhY2gvdGFza3Mve3Rhc2tfaWR9EoIBCglMaXN0VGFza3MSJS5yZWFjaHN0b3JlLnJlYWNoLnYxLkxpc3RUYXNrc1JlcXVlc3QaJi5yZWFjaHN0b3JlLnJlYWNoLnYxLkxpc3RUYXNrc1Jlc3BvbnNlIiaQAgHK8xgEcmVhZILT5JMCFRITL2FwaS92MS9yZWFjaC90YXNrcxKQAQoJR2V0QWN0aW9uEiUucmVhY2hzdG9yZS5yZWFjaC52MS5HZXRBY3Rpb25SZXF1ZXN0GiYucmVhY2hzdG9yZS5yZWFjaC52MS5HZXRBY3Rpb25SZXNwb25zZSI0kAIByvMYBHJlYWSC0+STAiMSIS9hcGkvdjEvcmVhY2gvYWN0aW9ucy97YWN0aW9uX2lkfRKkAQoMQ2FuY2VsQWN0aW9uEigucmVhY2hzdG9yZS5yZWFjaC52MS5DYW5jZWxBY3Rpb25SZXF1ZXN0GikucmVhY2hzdG9yZS5yZWFjaC52MS5DYW5jZWxBY3Rpb25SZXNwb25zZSI/kAICyvMYBXJlYWNogtPkkwItOgEqIigvYXBpL3YxL3JlYWNoL2FjdGlvbnMve2FjdGlvbl9pZH06Y2FuY2VsEqgBCg1SZXNvbHZlQWN0aW9uEikucmVhY2hzdG9yZS5yZWFjaC52MS5SZXNvbHZlQWN0aW9uUmVxdWVzdBoqLnJlYWNoc3RvcmUucmVhY2gudjEuUmVzb2x2ZUFjdGlvblJlc3BvbnNlIkDK8xgIb3BlcmF0b3KC0+STAi46ASoiKS9hcGkvdjEvcmVhY2gvYWN0aW9ucy97YWN0aW9uX2lkfTpyZXNvbHZlEo4BCgxMaXN0Q2hhbm5lbHMSKC5yZWFjaHN0b3JlLnJlYWNoLnYxLkxpc3RDaGFubmVsc1JlcXVlc3QaKS5yZWFjaHN0b3JlLnJlYWNoLnYxLkxpc3RDaGFubmVsc1Jlc3BvbnNlIimQAgHK8xgEcmVhZILT5JMCGBIWL2FwaS92MS9yZWFjaC9jaGFubmVscxKOAQoLTGlzdEFjdGlvbnMSJy5yZWFjaHN0b3JlLnJlYWNoLnYxLkxpc3RBY3Rpb25zUmVxdWVzdBooLnJlYWNoc3RvcmUucmVhY2gudjEuTGlzdEFjdGlvbnNSZXNwb25zZSIskAIByvMYCG9wZXJhdG9ygtPkkwIXEhUvYXBpL3YxL3JlYWNoL2FjdGlvbnMSqwEKDVJlY2hlY2tBY3Rpb24SKS5yZWFjaHN0b3JlLnJlYWNoLnYxLlJlY2hlY2tBY3Rpb25SZXF1ZXN0GioucmVhY2hzdG9yZS5yZWFjaC52MS5SZWNoZWNrQWN0aW9uUmVzcG9uc2UiQ5ACAsrzGAhvcGVyYXRvcoLT5JMCLjoBKiIpL2FwaS92MS9yZWFjaC9hY3Rpb25zL3thY3Rpb25faWR9OnJlY2hlY2sSnAEKEEdldENoYW5uZWxIZWFsdGgSLC5yZWFjaHN0b3JlLnJlYWNoLnYxLkdldENoYW5uZWxIZWFsdGhSZXF1ZXN0Gi0ucmVhY2hzdG9yZS5yZWFjaC52MS5HZXRDaGFubmVsSGVhbHRoUmVzcG9uc2UiK5ACAcrzGAhvcGVyYXRvcoLT5JMCFhIUL2FwaS92MS9yZWFjaC9oZWFsdGhCRVpDZ2l0aHViLmNvbS9yZWFjaHN0b3JlL3JlYWNoc3RvcmUvZ2VuL2dvL3JlYWNoc3RvcmUvcmVhY2gvdjE7cmVhY2h2MWIGcHJvdG8z", [file_google_api_annotations, file_google_protobuf_struct, file_reachstore_common_v1_access, file_reachstore_common_v1_http_options, file_reachstore_common_v1_partial_failure]);
+  fileDesc("CidyZWFjaHN0b3JlL3JlYWNoL3YxL3JlYWNoX3NlcnZpY2UucHJvdG8SE3JlYWNoc3RvcmUucmVhY2gudjEitAEKCkFjdGlvblNwZWMSDAoEbmFtZRgBIAEoCRIPCgdjaGFubmVsGAIgASgJEhMKC2FjdGlvbl90eXBlGAMgASgJEicKBnBhcmFtcxgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSEgoKZGVwZW5kc19vbhgFIAMoCRI1CgtyZXF1aXJlbWVudBgGIAEoDjIgLnJlYWNoc3RvcmUucmVhY2gudjEuUmVxdWlyZW1lbnQisAEKEVN1Ym1pdFRhc2tSZXF1ZXN0EhEKCWVudGl0eV9pZBgBIAEoCRIXCg9pZGVtcG90ZW5jeV9rZXkYAiABKAkSFAoMbG9naWNhbF90aW1lGAMgASgJEjAKB2FjdGlvbnMYBCADKAsyHy5yZWFjaHN0b3JlLnJlYWNoLnYxLkFjdGlvblNwZWMSFQoNdmFsaWRhdGVfb25seRgFIAEoCBIQCgh0cmFjZV9pZBgGIAEoCSKrAQoSU3VibWl0VGFza1Jlc3BvbnNlEicKBHRhc2sYASABKAsyGS5yZWFjaHN0b3JlLnJlYWNoLnYxLlRhc2sSFAoMZGVkdXBsaWNhdGVkGAIgASgIEhYKDnZhbGlkYXRlZF9vbmx5GAMgASgIEj4KEHBhcnRpYWxfZmFpbHVyZXMYBCADKAsyJC5yZWFjaHN0b3JlLmNvbW1vbi52MS5QYXJ0aWFsRmFpbHVyZSKTAQoMUmVhY2hSZXF1ZXN0Ei8KBmFjdGlvbhgBIAEoCzIfLnJlYWNoc3RvcmUucmVhY2gudjEuQWN0aW9uU3BlYxIRCgllbnRpdHlfaWQYAiABKAkSFwoPaWRlbXBvdGVuY3lfa2V5GAMgASgJEhQKDGxvZ2ljYWxfdGltZRgEIAEoCRIQCgh0cmFjZV9pZBgFIAEoCSLTAQoNUmVhY2hSZXNwb25zZRIPCgd0YXNrX2lkGAEgASgJEhEKCWFjdGlvbl9pZBgCIAEoCRIXCg9pZGVtcG90ZW5jeV9rZXkYAyABKAkSLwoFc3RhdGUYBCABKA4yIC5yZWFjaHN0b3JlLnJlYWNoLnYxLkFjdGlvblN0YXRlEhQKDGRlZHVwbGljYXRlZBgFIAEoCBI+ChBwYXJ0aWFsX2ZhaWx1cmVzGAYgAygLMiQucmVhY2hzdG9yZS5jb21tb24udjEuUGFydGlhbEZhaWx1cmUi2gIKBFRhc2sSDwoHdGFza19pZBgBIAEoCRIRCgllbnRpdHlfaWQYAiABKAkSFwoPaWRlbXBvdGVuY3lfa2V5GAMgASgJEhQKDGxvZ2ljYWxfdGltZRgEIAEoCRItCgVzdGF0ZRgFIAEoDjIeLnJlYWNoc3RvcmUucmVhY2gudjEuVGFza1N0YXRlEhAKCHRyYWNlX2lkGAYgASgJEhQKDHN1Ym1pdHRlZF9ieRgHIAEoCRIPCgd2ZXJzaW9uGAggASgDEiwKB2FjdGlvbnMYCSADKAsyGy5yZWFjaHN0b3JlLnJlYWNoLnYxLkFjdGlvbhISCgpjcmVhdGVkX2F0GAogASgJEhIKCnVwZGF0ZWRfYXQYCyABKAkSEwoLZmluaXNoZWRfYXQYDCABKAkSGgoNcG9sbF9hZnRlcl9tcxgNIAEoA0gAiAEBQhAKDl9wb2xsX2FmdGVyX21zIsgFCgZBY3Rpb24SEQoJYWN0aW9uX2lkGAEgASgJEg8KB3Rhc2tfaWQYAiABKAkSDAoEbmFtZRgDIAEoCRIPCgdjaGFubmVsGAQgASgJEhMKC2FjdGlvbl90eXBlGAUgASgJEicKBnBhcmFtcxgGIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSEgoKZGVwZW5kc19vbhgHIAMoCRI1CgtyZXF1aXJlbWVudBgIIAEoDjIgLnJlYWNoc3RvcmUucmVhY2gudjEuUmVxdWlyZW1lbnQSFwoPaWRlbXBvdGVuY3lfa2V5GAkgASgJEg4KBndpbmRvdxgKIAEoCRIvCgVzdGF0ZRgLIAEoDjIgLnJlYWNoc3RvcmUucmVhY2gudjEuQWN0aW9uU3RhdGUSEAoIYXR0ZW1wdHMYDCABKAUSDQoFcG9sbHMYDSABKAUSEwoLZXh0ZXJuYWxfaWQYDiABKAkSNQoHZmFpbHVyZRgPIAEoCzIkLnJlYWNoc3RvcmUuY29tbW9uLnYxLlBhcnRpYWxGYWlsdXJlEjYKDGZhaWx1cmVfa2luZBgQIAEoDjIgLnJlYWNoc3RvcmUucmVhY2gudjEuRmFpbHVyZUtpbmQSFwoPbmV4dF9hdHRlbXB0X2F0GBEgASgJEjkKCnJlc29sdXRpb24YEiABKAsyJS5yZWFjaHN0b3JlLnJlYWNoLnYxLkFjdGlvblJlc29sdXRpb24SLgoIcmVjZWlwdHMYEyADKAsyHC5yZWFjaHN0b3JlLnJlYWNoLnYxLlJlY2VpcHQSMgoHaGlzdG9yeRgUIAMoCzIhLnJlYWNoc3RvcmUucmVhY2gudjEuSGlzdG9yeUVudHJ5EhIKCmNyZWF0ZWRfYXQYFSABKAkSEgoKdXBkYXRlZF9hdBgWIAEoCRITCgtmaW5pc2hlZF9hdBgXIAEoCSJ8ChBBY3Rpb25SZXNvbHV0aW9uEjAKB291dGNvbWUYASABKA4yHy5yZWFjaHN0b3JlLnJlYWNoLnYxLlJlc29sdXRpb24SDAoEbm90ZRgCIAEoCRITCgtyZXNvbHZlZF9ieRgDIAEoCRITCgtyZXNvbHZlZF9hdBgEIAEoCSKiAQoHUmVjZWlwdBIPCgdhdHRlbXB0GAEgASgFEhEKCW9wZXJhdGlvbhgCIAEoCRITCgtleHRlcm5hbF9pZBgDIAEoCRITCgtzdGF0dXNfY29kZRgEIAEoBRIPCgdzbmlwcGV0GAUgASgJEhMKC2R1cmF0aW9uX21zGAYgASgDEg8KB291dGNvbWUYByABKAkSEgoKY3JlYXRlZF9hdBgIIAEoCSK+AQoMSGlzdG9yeUVudHJ5EgoKAmF0GAEgASgJEjQKCmZyb21fc3RhdGUYAiABKA4yIC5yZWFjaHN0b3JlLnJlYWNoLnYxLkFjdGlvblN0YXRlEjIKCHRvX3N0YXRlGAMgASgOMiAucmVhY2hzdG9yZS5yZWFjaC52MS5BY3Rpb25TdGF0ZRIOCgZyZWFzb24YBCABKAkSKAoHZGV0YWlscxgFIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QiSQoOR2V0VGFza1JlcXVlc3QSDwoHdGFza19pZBgBIAEoCRIPCgd3YWl0X21zGAIgASgFEhUKDWtub3duX3ZlcnNpb24YAyABKAMiegoPR2V0VGFza1Jlc3BvbnNlEicKBHRhc2sYASABKAsyGS5yZWFjaHN0b3JlLnJlYWNoLnYxLlRhc2sSPgoQcGFydGlhbF9mYWlsdXJlcxgCIAMoCzIkLnJlYWNoc3RvcmUuY29tbW9uLnYxLlBhcnRpYWxGYWlsdXJlIowBChBMaXN0VGFza3NSZXF1ZXN0Ei0KBXN0YXRlGAEgASgOMh4ucmVhY2hzdG9yZS5yZWFjaC52MS5UYXNrU3RhdGUSDwoHY2hhbm5lbBgCIAEoCRIRCgllbnRpdHlfaWQYAyABKAkSEQoJcGFnZV9zaXplGAQgASgFEhIKCnBhZ2VfdG9rZW4YBSABKAkilgEKEUxpc3RUYXNrc1Jlc3BvbnNlEigKBXRhc2tzGAEgAygLMhkucmVhY2hzdG9yZS5yZWFjaC52MS5UYXNrEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCRI+ChBwYXJ0aWFsX2ZhaWx1cmVzGAMgAygLMiQucmVhY2hzdG9yZS5jb21tb24udjEuUGFydGlhbEZhaWx1cmUiJQoQR2V0QWN0aW9uUmVxdWVzdBIRCglhY3Rpb25faWQYASABKAkigAEKEUdldEFjdGlvblJlc3BvbnNlEisKBmFjdGlvbhgBIAEoCzIbLnJlYWNoc3RvcmUucmVhY2gudjEuQWN0aW9uEj4KEHBhcnRpYWxfZmFpbHVyZXMYAiADKAsyJC5yZWFjaHN0b3JlLmNvbW1vbi52MS5QYXJ0aWFsRmFpbHVyZSIoChNDYW5jZWxBY3Rpb25SZXF1ZXN0EhEKCWFjdGlvbl9pZBgBIAEoCSKWAQoUQ2FuY2VsQWN0aW9uUmVzcG9uc2USKwoGYWN0aW9uGAEgASgLMhsucmVhY2hzdG9yZS5yZWFjaC52MS5BY3Rpb24SEQoJY2FuY2VsbGVkGAIgASgIEj4KEHBhcnRpYWxfZmFpbHVyZXMYAyADKAsyJC5yZWFjaHN0b3JlLmNvbW1vbi52MS5QYXJ0aWFsRmFpbHVyZSJpChRSZXNvbHZlQWN0aW9uUmVxdWVzdBIRCglhY3Rpb25faWQYASABKAkSMAoHb3V0Y29tZRgCIAEoDjIfLnJlYWNoc3RvcmUucmVhY2gudjEuUmVzb2x1dGlvbhIMCgRub3RlGAMgASgJIoQBChVSZXNvbHZlQWN0aW9uUmVzcG9uc2USKwoGYWN0aW9uGAEgASgLMhsucmVhY2hzdG9yZS5yZWFjaC52MS5BY3Rpb24SPgoQcGFydGlhbF9mYWlsdXJlcxgCIAMoCzIkLnJlYWNoc3RvcmUuY29tbW9uLnYxLlBhcnRpYWxGYWlsdXJlIhUKE0xpc3RDaGFubmVsc1JlcXVlc3QihgEKFExpc3RDaGFubmVsc1Jlc3BvbnNlEi4KCGNoYW5uZWxzGAEgAygLMhwucmVhY2hzdG9yZS5yZWFjaC52MS5DaGFubmVsEj4KEHBhcnRpYWxfZmFpbHVyZXMYAiADKAsyJC5yZWFjaHN0b3JlLmNvbW1vbi52MS5QYXJ0aWFsRmFpbHVyZSK4AgoHQ2hhbm5lbBIMCgRuYW1lGAEgASgJEgwKBGtpbmQYAiABKAkSEwoLZGVzY3JpcHRpb24YAyABKAkSEwoLc2lkZV9lZmZlY3QYBCABKAkSFAoMYWN0aW9uX3R5cGVzGAUgAygJEjIKEXBhcmFtZXRlcnNfc2NoZW1hGAYgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBINCgVydWxlcxgHIAMoCRISCgppZGVtcG90ZW50GAggASgIEh8KF2hvbm91cnNfaWRlbXBvdGVuY3lfa2V5GAkgASgIEhAKCGNhbl9wb2xsGAogASgIEhIKCmNhbl9jYW5jZWwYCyABKAgSHAoUc2VuZF9yYXRlX3Blcl9zZWNvbmQYDCABKAESFQoNYnJlYWtlcl9zdGF0ZRgNIAEoCSK0AQoSTGlzdEFjdGlvbnNSZXF1ZXN0EjAKBnN0YXRlcxgBIAMoDjIgLnJlYWNoc3RvcmUucmVhY2gudjEuQWN0aW9uU3RhdGUSDwoHY2hhbm5lbBgCIAEoCRIOCgZ0ZW5hbnQYAyABKAkSEQoJbWluX2FnZV9zGAQgASgFEhEKCW1heF9hZ2VfcxgFIAEoBRIRCglwYWdlX3NpemUYBiABKAUSEgoKcGFnZV90b2tlbhgHIAEoCSKsAQoTTGlzdEFjdGlvbnNSZXNwb25zZRIsCgdhY3Rpb25zGAEgAygLMhsucmVhY2hzdG9yZS5yZWFjaC52MS5BY3Rpb24SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJEg4KBnRlbmFudBgDIAEoCRI+ChBwYXJ0aWFsX2ZhaWx1cmVzGAQgAygLMiQucmVhY2hzdG9yZS5jb21tb24udjEuUGFydGlhbEZhaWx1cmUiKQoUUmVjaGVja0FjdGlvblJlcXVlc3QSEQoJYWN0aW9uX2lkGAEgASgJIpcBChVSZWNoZWNrQWN0aW9uUmVzcG9uc2USKwoGYWN0aW9uGAEgASgLMhsucmVhY2hzdG9yZS5yZWFjaC52MS5BY3Rpb24SEQoJc2NoZWR1bGVkGAIgASgIEj4KEHBhcnRpYWxfZmFpbHVyZXMYAyADKAsyJC5yZWFjaHN0b3JlLmNvbW1vbi52MS5QYXJ0aWFsRmFpbHVyZSJOChdHZXRDaGFubmVsSGVhbHRoUmVxdWVzdBIPCgdjaGFubmVsGAEgASgJEhAKCHdpbmRvd19zGAIgASgFEhAKCGJ1Y2tldF9zGAMgASgFIkwKClN0YXRlQ291bnQSLwoFc3RhdGUYASABKA4yIC5yZWFjaHN0b3JlLnJlYWNoLnYxLkFjdGlvblN0YXRlEg0KBWNvdW50GAIgASgDIt0BCgxIZWFsdGhCdWNrZXQSDQoFc3RhcnQYASABKAkSMAoHZW50ZXJlZBgCIAMoCzIfLnJlYWNoc3RvcmUucmVhY2gudjEuU3RhdGVDb3VudBIQCghmaW5pc2hlZBgDIAEoAxIWCg5sYXRlbmN5X3A1MF9tcxgEIAEoARIWCg5sYXRlbmN5X3A5NV9tcxgFIAEoARIWCg5sYXRlbmN5X3A5OV9tcxgGIAEoARINCgVzZW5kcxgHIAEoAxIPCgdyZXRyaWVzGAggASgDEhIKCnJldHJ5X3JhdGUYCSABKAEiSQoMTGltaXRlcldhaXRzEg0KBXNlbmRzGAEgASgDEhQKDHRvdGFsX3dhaXRfcxgCIAEoARIUCgxtZWFuX3dhaXRfbXMYAyABKAEiiQIKDUNoYW5uZWxIZWFsdGgSDwoHY2hhbm5lbBgBIAEoCRIwCgdjdXJyZW50GAIgAygLMh8ucmVhY2hzdG9yZS5yZWFjaC52MS5TdGF0ZUNvdW50EjIKB2J1Y2tldHMYAyADKAsyIS5yZWFjaHN0b3JlLnJlYWNoLnYxLkhlYWx0aEJ1Y2tldBIVCg1icmVha2VyX3N0YXRlGAQgASgJEjIKB2xpbWl0ZXIYBSABKAsyIS5yZWFjaHN0b3JlLnJlYWNoLnYxLkxpbWl0ZXJXYWl0cxI2CgliYXNlbGluZXMYBiADKAsyIy5yZWFjaHN0b3JlLnJlYWNoLnYxLlNpZ25hbEJhc2VsaW5lIswBCg5TaWduYWxCYXNlbGluZRIOCgZzaWduYWwYASABKAkSDwoHY3VycmVudBgCIAEoARIPCgdzYW1wbGVzGAMgASgDEgwKBG1lYW4YBCABKAESDgoGc3RkZGV2GAUgASgBEhEKCXRocmVzaG9sZBgGIAEoARIUCgxoaXN0b3J5X2RheXMYByABKAUSEAoIYWxlcnRpbmcYCCABKAgSGQoRbm90X2p1ZGdlZF9yZWFzb24YCSABKAkSFAoMZmFpbHVyZV9raW5kGAogASgJIjsKF0dldFVua25vd25SZXZpZXdSZXF1ZXN0Eg8KB3NpbmNlX3MYASABKAUSDwoHY2hhbm5lbBgCIAEoCSKZAQoSVW5rbm93blJldmlld0VudHJ5EhEKCWFjdGlvbl9pZBgBIAEoCRIPCgd0YXNrX2lkGAIgASgJEgwKBG5hbWUYAyABKAkSGgoSZW50ZXJlZF91bmtub3duX2F0GAQgASgJEhIKCnNldHRsZWRfYXQYBSABKAkSEwoLcmVzb2x2ZWRfYnkYBiABKAkSDAoEbm90ZRgHIAEoCSKzAQoSVW5rbm93blJldmlld0dyb3VwEg8KB2NoYW5uZWwYASABKAkSEgoKc2V0dGxlZF9ieRgCIAEoCRIvCgVzdGF0ZRgDIAEoDjIgLnJlYWNoc3RvcmUucmVhY2gudjEuQWN0aW9uU3RhdGUSDQoFY291bnQYBCABKAMSOAoHYWN0aW9ucxgFIAMoCzInLnJlYWNoc3RvcmUucmVhY2gudjEuVW5rbm93blJldmlld0VudHJ5IscBChhHZXRVbmtub3duUmV2aWV3UmVzcG9uc2USNwoGZ3JvdXBzGAEgAygLMicucmVhY2hzdG9yZS5yZWFjaC52MS5Vbmtub3duUmV2aWV3R3JvdXASDQoFdG90YWwYAiABKAMSDQoFc2luY2UYAyABKAkSFAoMZ2VuZXJhdGVkX2F0GAQgASgJEj4KEHBhcnRpYWxfZmFpbHVyZXMYBSADKAsyJC5yZWFjaHN0b3JlLmNvbW1vbi52MS5QYXJ0aWFsRmFpbHVyZSLbAQoYR2V0Q2hhbm5lbEhlYWx0aFJlc3BvbnNlEjQKCGNoYW5uZWxzGAEgAygLMiIucmVhY2hzdG9yZS5yZWFjaC52MS5DaGFubmVsSGVhbHRoEhAKCHdpbmRvd19zGAIgASgFEhAKCGJ1Y2tldF9zGAMgASgFEg8KB3JlcGxpY2EYBCABKAkSFAoMZ2VuZXJhdGVkX2F0GAUgASgJEj4KEHBhcnRpYWxfZmFpbHVyZXMYBiADKAsyJC5yZWFjaHN0b3JlLmNvbW1vbi52MS5QYXJ0aWFsRmFpbHVyZSqIAQoJVGFza1N0YXRlEhoKFlRBU0tfU1RBVEVfVU5TUEVDSUZJRUQQABIWChJUQVNLX1NUQVRFX1BFTkRJTkcQARIWChJUQVNLX1NUQVRFX1JVTk5JTkcQAhIYChRUQVNLX1NUQVRFX1NVQ0NFRURFRBADEhUKEVRBU0tfU1RBVEVfRkFJTEVEEAQquAIKC0FjdGlvblN0YXRlEhwKGEFDVElPTl9TVEFURV9VTlNQRUNJRklFRBAAEhgKFEFDVElPTl9TVEFURV9CTE9DS0VEEAESFgoSQUNUSU9OX1NUQVRFX1JFQURZEAISGwoXQUNUSU9OX1NUQVRFX1NVQk1JVFRJTkcQAxIYChRBQ1RJT05fU1RBVEVfUEVORElORxAEEhoKFkFDVElPTl9TVEFURV9TVUNDRUVERUQQBRIXChNBQ1RJT05fU1RBVEVfRkFJTEVEEAYSGAoUQUNUSU9OX1NUQVRFX1VOS05PV04QBxIdChlBQ1RJT05fU1RBVEVfTkVFRFNfUkVWSUVXEAgSGgoWQUNUSU9OX1NUQVRFX0NBTkNFTExFRBAJEhgKFEFDVElPTl9TVEFURV9TS0lQUEVEEAoqXgoLUmVxdWlyZW1lbnQSGwoXUkVRVUlSRU1FTlRfVU5TUEVDSUZJRUQQABIYChRSRVFVSVJFTUVOVF9SRVFVSVJFRBABEhgKFFJFUVVJUkVNRU5UX09QVElPTkFMEAIqYgoLRmFpbHVyZUtpbmQSHAoYRkFJTFVSRV9LSU5EX1VOU1BFQ0lGSUVEEAASGQoVRkFJTFVSRV9LSU5EX0JVU0lORVNTEAESGgoWRkFJTFVSRV9LSU5EX1RFQ0hOSUNBTBACKlkKClJlc29sdXRpb24SGgoWUkVTT0xVVElPTl9VTlNQRUNJRklFRBAAEhgKFFJFU09MVVRJT05fU1VDQ0VFREVEEAESFQoRUkVTT0xVVElPTl9GQUlMRUQQAjKdDgoMUmVhY2hTZXJ2aWNlEosBCgpTdWJtaXRUYXNrEiYucmVhY2hzdG9yZS5yZWFjaC52MS5TdWJtaXRUYXNrUmVxdWVzdBonLnJlYWNoc3RvcmUucmVhY2gudjEuU3VibWl0VGFza1Jlc3BvbnNlIizA8xjKAcrzGAVyZWFjaILT5JMCGDoBKiITL2FwaS92MS9yZWFjaC90YXNrcxJ8CgVSZWFjaBIhLnJlYWNoc3RvcmUucmVhY2gudjEuUmVhY2hSZXF1ZXN0GiIucmVhY2hzdG9yZS5yZWFjaC52MS5SZWFjaFJlc3BvbnNlIizA8xjKAcrzGAVyZWFjaILT5JMCGDoBKiITL2FwaS92MS9yZWFjaDpyZWFjaBKGAQoHR2V0VGFzaxIjLnJlYWNoc3RvcmUucmVhY2gudjEuR2V0VGFza1JlcXVlc3QaJC5yZWFjaHN0b3JlLnJlYWNoLnYxLkdldFRhc2tSZXNwb25zZSIwkAIByvMYBHJlYWSC0+STAh8SHS9hcGkvdjEvcmVhY2gvdGFza3Mve3Rhc2tfaWR9EoIBCglMaXN0VGFza3MSJS5yZWFjaHN0b3JlLnJlYWNoLnYxLkxpc3RUYXNrc1JlcXVlc3QaJi5yZWFjaHN0b3JlLnJlYWNoLnYxLkxpc3RUYXNrc1Jlc3BvbnNlIiaQAgHK8xgEcmVhZILT5JMCFRITL2FwaS92MS9yZWFjaC90YXNrcxKQAQoJR2V0QWN0aW9uEiUucmVhY2hzdG9yZS5yZWFjaC52MS5HZXRBY3Rpb25SZXF1ZXN0GiYucmVhY2hzdG9yZS5yZWFjaC52MS5HZXRBY3Rpb25SZXNwb25zZSI0kAIByvMYBHJlYWSC0+STAiMSIS9hcGkvdjEvcmVhY2gvYWN0aW9ucy97YWN0aW9uX2lkfRKkAQoMQ2FuY2VsQWN0aW9uEigucmVhY2hzdG9yZS5yZWFjaC52MS5DYW5jZWxBY3Rpb25SZXF1ZXN0GikucmVhY2hzdG9yZS5yZWFjaC52MS5DYW5jZWxBY3Rpb25SZXNwb25zZSI/kAICyvMYBXJlYWNogtPkkwItOgEqIigvYXBpL3YxL3JlYWNoL2FjdGlvbnMve2FjdGlvbl9pZH06Y2FuY2VsEqgBCg1SZXNvbHZlQWN0aW9uEikucmVhY2hzdG9yZS5yZWFjaC52MS5SZXNvbHZlQWN0aW9uUmVxdWVzdBoqLnJlYWNoc3RvcmUucmVhY2gudjEuUmVzb2x2ZUFjdGlvblJlc3BvbnNlIkDK8xgIb3BlcmF0b3KC0+STAi46ASoiKS9hcGkvdjEvcmVhY2gvYWN0aW9ucy97YWN0aW9uX2lkfTpyZXNvbHZlEo4BCgxMaXN0Q2hhbm5lbHMSKC5yZWFjaHN0b3JlLnJlYWNoLnYxLkxpc3RDaGFubmVsc1JlcXVlc3QaKS5yZWFjaHN0b3JlLnJlYWNoLnYxLkxpc3RDaGFubmVsc1Jlc3BvbnNlIimQAgHK8xgEcmVhZILT5JMCGBIWL2FwaS92MS9yZWFjaC9jaGFubmVscxKOAQoLTGlzdEFjdGlvbnMSJy5yZWFjaHN0b3JlLnJlYWNoLnYxLkxpc3RBY3Rpb25zUmVxdWVzdBooLnJlYWNoc3RvcmUucmVhY2gudjEuTGlzdEFjdGlvbnNSZXNwb25zZSIskAIByvMYCG9wZXJhdG9ygtPkkwIXEhUvYXBpL3YxL3JlYWNoL2FjdGlvbnMSqwEKDVJlY2hlY2tBY3Rpb24SKS5yZWFjaHN0b3JlLnJlYWNoLnYxLlJlY2hlY2tBY3Rpb25SZXF1ZXN0GioucmVhY2hzdG9yZS5yZWFjaC52MS5SZWNoZWNrQWN0aW9uUmVzcG9uc2UiQ5ACAsrzGAhvcGVyYXRvcoLT5JMCLjoBKiIpL2FwaS92MS9yZWFjaC9hY3Rpb25zL3thY3Rpb25faWR9OnJlY2hlY2sSnAEKEEdldENoYW5uZWxIZWFsdGgSLC5yZWFjaHN0b3JlLnJlYWNoLnYxLkdldENoYW5uZWxIZWFsdGhSZXF1ZXN0Gi0ucmVhY2hzdG9yZS5yZWFjaC52MS5HZXRDaGFubmVsSGVhbHRoUmVzcG9uc2UiK5ACAcrzGAhvcGVyYXRvcoLT5JMCFhIUL2FwaS92MS9yZWFjaC9oZWFsdGgSngEKEEdldFVua25vd25SZXZpZXcSLC5yZWFjaHN0b3JlLnJlYWNoLnYxLkdldFVua25vd25SZXZpZXdSZXF1ZXN0Gi0ucmVhY2hzdG9yZS5yZWFjaC52MS5HZXRVbmtub3duUmV2aWV3UmVzcG9uc2UiLZACAcrzGAhvcGVyYXRvcoLT5JMCGBIWL2FwaS92MS9yZWFjaC91bmtub3duc0JFWkNnaXRodWIuY29tL3JlYWNoc3RvcmUvcmVhY2hzdG9yZS9nZW4vZ28vcmVhY2hzdG9yZS9yZWFjaC92MTtyZWFjaHYxYgZwcm90bzM", [file_google_api_annotations, file_google_protobuf_struct, file_reachstore_common_v1_access, file_reachstore_common_v1_http_options, file_reachstore_common_v1_partial_failure]);
 
 /**
  * One action of a task, as the caller describes it.
@@ -1577,6 +1577,15 @@ export type ChannelHealth = Message<"reachstore.reach.v1.ChannelHealth"> & {
    * @generated from field: reachstore.reach.v1.LimiterWaits limiter = 5;
    */
   limiter?: LimiterWaits | undefined;
+
+  /**
+   * Each alerting signal (failure rate, UNKNOWN rate, latency p99) of the last hour
+   * against its own history: the same hour of the day over the last days
+   * (`engine.baseline`), and the threshold past which it alerts.
+   *
+   * @generated from field: repeated reachstore.reach.v1.SignalBaseline baselines = 6;
+   */
+  baselines: SignalBaseline[];
 };
 
 /**
@@ -1585,6 +1594,282 @@ export type ChannelHealth = Message<"reachstore.reach.v1.ChannelHealth"> & {
  */
 export const ChannelHealthSchema: GenMessage<ChannelHealth> = /*@__PURE__*/
   messageDesc(file_reachstore_reach_v1_reach_service, 31);
+
+/**
+ * One signal of a channel judged against its own history.
+ *
+ * @generated from message reachstore.reach.v1.SignalBaseline
+ */
+export type SignalBaseline = Message<"reachstore.reach.v1.SignalBaseline"> & {
+  /**
+   * "failure_rate", "unknown_rate" or "latency_p99_ms".
+   *
+   * @generated from field: string signal = 1;
+   */
+  signal: string;
+
+  /**
+   * Its value over the last hour (a rate 0–1, or milliseconds).
+   *
+   * @generated from field: double current = 2;
+   */
+  current: number;
+
+  /**
+   * The actions behind `current` (finished, or sent for the UNKNOWN rate).
+   *
+   * @generated from field: int64 samples = 3;
+   */
+  samples: bigint;
+
+  /**
+   * The mean of the same hour of the day over the history's days with enough samples.
+   *
+   * @generated from field: double mean = 4;
+   */
+  mean: number;
+
+  /**
+   * Their population standard deviation.
+   *
+   * @generated from field: double stddev = 5;
+   */
+  stddev: number;
+
+  /**
+   * Past this, with enough samples, the signal alerts: mean plus `sigmas` deviations
+   * (the deviation taken to be at least 0.01 for rates and 5 % of the mean for latency).
+   *
+   * @generated from field: double threshold = 6;
+   */
+  threshold: number;
+
+  /**
+   * Days of history with enough samples in this hour.
+   *
+   * @generated from field: int32 history_days = 7;
+   */
+  historyDays: number;
+
+  /**
+   * True when `current` is past `threshold` and there were enough samples to judge.
+   *
+   * @generated from field: bool alerting = 8;
+   */
+  alerting: boolean;
+
+  /**
+   * Why the signal was not judged (too few samples now or in the history); empty when it
+   * was.
+   *
+   * @generated from field: string not_judged_reason = 9;
+   */
+  notJudgedReason: string;
+
+  /**
+   * The kind of failure an alert on it carries: "business" or "technical".
+   *
+   * @generated from field: string failure_kind = 10;
+   */
+  failureKind: string;
+};
+
+/**
+ * Describes the message reachstore.reach.v1.SignalBaseline.
+ * Use `create(SignalBaselineSchema)` to create a new message.
+ */
+export const SignalBaselineSchema: GenMessage<SignalBaseline> = /*@__PURE__*/
+  messageDesc(file_reachstore_reach_v1_reach_service, 32);
+
+/**
+ * Asks for the UNKNOWN review.
+ *
+ * @generated from message reachstore.reach.v1.GetUnknownReviewRequest
+ */
+export type GetUnknownReviewRequest = Message<"reachstore.reach.v1.GetUnknownReviewRequest"> & {
+  /**
+   * How far back to look, 3600–7776000 seconds (default 604800: a week).
+   *
+   * @generated from field: int32 since_s = 1;
+   */
+  sinceS: number;
+
+  /**
+   * Only this channel (empty: every channel the caller may use).
+   *
+   * @generated from field: string channel = 2;
+   */
+  channel: string;
+};
+
+/**
+ * Describes the message reachstore.reach.v1.GetUnknownReviewRequest.
+ * Use `create(GetUnknownReviewRequestSchema)` to create a new message.
+ */
+export const GetUnknownReviewRequestSchema: GenMessage<GetUnknownReviewRequest> = /*@__PURE__*/
+  messageDesc(file_reachstore_reach_v1_reach_service, 33);
+
+/**
+ * One action in the UNKNOWN review.
+ *
+ * @generated from message reachstore.reach.v1.UnknownReviewEntry
+ */
+export type UnknownReviewEntry = Message<"reachstore.reach.v1.UnknownReviewEntry"> & {
+  /**
+   * The action's id.
+   *
+   * @generated from field: string action_id = 1;
+   */
+  actionId: string;
+
+  /**
+   * Its task's id.
+   *
+   * @generated from field: string task_id = 2;
+   */
+  taskId: string;
+
+  /**
+   * The action's name within its task.
+   *
+   * @generated from field: string name = 3;
+   */
+  name: string;
+
+  /**
+   * When it first entered UNKNOWN, RFC 3339 UTC.
+   *
+   * @generated from field: string entered_unknown_at = 4;
+   */
+  enteredUnknownAt: string;
+
+  /**
+   * When it reached its final state, RFC 3339 UTC; empty while still open.
+   *
+   * @generated from field: string settled_at = 5;
+   */
+  settledAt: string;
+
+  /**
+   * The key id of the person who resolved it; empty otherwise.
+   *
+   * @generated from field: string resolved_by = 6;
+   */
+  resolvedBy: string;
+
+  /**
+   * The note they left; empty otherwise.
+   *
+   * @generated from field: string note = 7;
+   */
+  note: string;
+};
+
+/**
+ * Describes the message reachstore.reach.v1.UnknownReviewEntry.
+ * Use `create(UnknownReviewEntrySchema)` to create a new message.
+ */
+export const UnknownReviewEntrySchema: GenMessage<UnknownReviewEntry> = /*@__PURE__*/
+  messageDesc(file_reachstore_reach_v1_reach_service, 34);
+
+/**
+ * The actions of one channel settled the same way and ending in the same state.
+ *
+ * @generated from message reachstore.reach.v1.UnknownReviewGroup
+ */
+export type UnknownReviewGroup = Message<"reachstore.reach.v1.UnknownReviewGroup"> & {
+  /**
+   * The channel.
+   *
+   * @generated from field: string channel = 1;
+   */
+  channel: string;
+
+  /**
+   * How they were settled: "lookup" (the receiver's look-up or a late answer), "operator"
+   * (a person resolved them), "cancelled", or "open" (still unknown or waiting for review).
+   *
+   * @generated from field: string settled_by = 2;
+   */
+  settledBy: string;
+
+  /**
+   * Their state now.
+   *
+   * @generated from field: reachstore.reach.v1.ActionState state = 3;
+   */
+  state: ActionState;
+
+  /**
+   * How many actions the group holds.
+   *
+   * @generated from field: int64 count = 4;
+   */
+  count: bigint;
+
+  /**
+   * The actions, by when they entered UNKNOWN, at most 100.
+   *
+   * @generated from field: repeated reachstore.reach.v1.UnknownReviewEntry actions = 5;
+   */
+  actions: UnknownReviewEntry[];
+};
+
+/**
+ * Describes the message reachstore.reach.v1.UnknownReviewGroup.
+ * Use `create(UnknownReviewGroupSchema)` to create a new message.
+ */
+export const UnknownReviewGroupSchema: GenMessage<UnknownReviewGroup> = /*@__PURE__*/
+  messageDesc(file_reachstore_reach_v1_reach_service, 35);
+
+/**
+ * The UNKNOWN review of the caller's tenant.
+ *
+ * @generated from message reachstore.reach.v1.GetUnknownReviewResponse
+ */
+export type GetUnknownReviewResponse = Message<"reachstore.reach.v1.GetUnknownReviewResponse"> & {
+  /**
+   * The groups, by channel, then settlement (lookup, operator, cancelled, open), then state.
+   *
+   * @generated from field: repeated reachstore.reach.v1.UnknownReviewGroup groups = 1;
+   */
+  groups: UnknownReviewGroup[];
+
+  /**
+   * Actions in all groups.
+   *
+   * @generated from field: int64 total = 2;
+   */
+  total: bigint;
+
+  /**
+   * The start of the period, RFC 3339 UTC.
+   *
+   * @generated from field: string since = 3;
+   */
+  since: string;
+
+  /**
+   * When the review was computed, RFC 3339 UTC.
+   *
+   * @generated from field: string generated_at = 4;
+   */
+  generatedAt: string;
+
+  /**
+   * Always empty; present so every response has the same shape.
+   *
+   * @generated from field: repeated reachstore.common.v1.PartialFailure partial_failures = 5;
+   */
+  partialFailures: PartialFailure[];
+};
+
+/**
+ * Describes the message reachstore.reach.v1.GetUnknownReviewResponse.
+ * Use `create(GetUnknownReviewResponseSchema)` to create a new message.
+ */
+export const GetUnknownReviewResponseSchema: GenMessage<GetUnknownReviewResponse> = /*@__PURE__*/
+  messageDesc(file_reachstore_reach_v1_reach_service, 36);
 
 /**
  * Per-channel health of the caller's tenant.
@@ -1641,7 +1926,7 @@ export type GetChannelHealthResponse = Message<"reachstore.reach.v1.GetChannelHe
  * Use `create(GetChannelHealthResponseSchema)` to create a new message.
  */
 export const GetChannelHealthResponseSchema: GenMessage<GetChannelHealthResponse> = /*@__PURE__*/
-  messageDesc(file_reachstore_reach_v1_reach_service, 32);
+  messageDesc(file_reachstore_reach_v1_reach_service, 37);
 
 /**
  * Lifecycle of a task.
@@ -2015,6 +2300,18 @@ export const ReachService: GenService<{
     methodKind: "unary";
     input: typeof GetChannelHealthRequestSchema;
     output: typeof GetChannelHealthResponseSchema;
+  },
+  /**
+   * The weekly UNKNOWN review: every action of the caller's tenant that entered UNKNOWN in
+   * the period, grouped by channel and by how it was settled (by the receiver's look-up, by
+   * a person, by a cancel, or still open). Needs the operator scope.
+   *
+   * @generated from rpc reachstore.reach.v1.ReachService.GetUnknownReview
+   */
+  getUnknownReview: {
+    methodKind: "unary";
+    input: typeof GetUnknownReviewRequestSchema;
+    output: typeof GetUnknownReviewResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_reachstore_reach_v1_reach_service, 0);
