@@ -93,7 +93,7 @@ class ChannelConfig:
     @property
     def send_rate_per_second(self) -> float:
         """The rate actions are sent at (0: no limit): a share of the declared quota,
-        because the receiver may count differently than we do (seed 003, 4.3)."""
+        because the receiver may count differently than we do."""
         return round(self.quota_per_second * QUOTA_SHARE, 6) if self.quota_per_second else 0.0
 
     @property

@@ -1,7 +1,7 @@
 """Per-channel health over time, computed from stored rows (pure: no database, no gRPC).
 
-The three signals of seed 003, 3.5, cut into buckets of a recent window: state changes by
-the state entered, end-to-end latency percentiles of the actions that finished, and the
+The three signals an operator of reach watches, cut into buckets of a recent window: state
+changes by the state entered, end-to-end latency percentiles of the actions that finished, and the
 retry rate (retries per send). Everything here comes from the database rows the store
 hands over, so every reach replica computes the same figures for the same window.
 """

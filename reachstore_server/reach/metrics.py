@@ -1,4 +1,4 @@
-"""The three signals an operator of reach watches (seed 003, 3.5), plus what explains them.
+"""The three signals an operator of reach watches, plus what explains them.
 
 - actions by state: counted from the store on every scrape (``reachstore_reach_actions``),
   so every worker process reports the same, whole picture;

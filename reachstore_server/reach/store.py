@@ -215,7 +215,7 @@ class HealthRows:
 
 class ReachStore:
     """``masker`` given: every state change of an action also leaves an audit event in the
-    outbox, in the same transaction (the article's five fields: caller, idempotency key,
+    outbox, in the same transaction (five fields: caller, idempotency key,
     parameters, result, duration)."""
 
     def __init__(self, sessions: sessionmaker[Session], masker: Masker | None = None) -> None:

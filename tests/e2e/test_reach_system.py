@@ -28,7 +28,7 @@ TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 
 
 def _config(rx: dict[str, Any]) -> str:
-    """Channels with the article's logic and short times, so retries, breakers and
+    """Channels with the default logic and short times, so retries, breakers and
     reviews happen within seconds."""
     fast = """
 [channels.{name}.retry]

@@ -16,7 +16,7 @@ def client(system: RunningSystem) -> Iterator[reachstore.Client]:
         yield sdk
 
 
-def test_partial_search_reads_like_the_article(client: reachstore.Client) -> None:
+def test_partial_search_reads_like_the_readme(client: reachstore.Client) -> None:
     resp = client.search(["demo", "nope"], "语义存储把什么放在离 Agent 更近的地方？", top_k=2)
     assert resp.meta.coverage_ratio == 0.5
     [failed] = resp.meta.namespaces_failed

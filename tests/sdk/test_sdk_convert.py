@@ -55,8 +55,8 @@ def _partial_query_response() -> query_pb2.QueryResponse:
     )
 
 
-def _run_article_snippet(resp: SearchResponse) -> tuple[list[Any], list[Any], list[Any]]:
-    """The SDK snippet of seed article 000, verbatim apart from the recording helpers."""
+def _run_usage_snippet(resp: SearchResponse) -> tuple[list[Any], list[Any], list[Any]]:
+    """The SDK's documented partial-answer snippet, verbatim apart from the recording helpers."""
     retried: list[Any] = []
     missing: list[Any] = []
     answered: list[Any] = []
@@ -77,10 +77,10 @@ def _run_article_snippet(resp: SearchResponse) -> tuple[list[Any], list[Any], li
     return retried, missing, answered
 
 
-def test_a_partial_query_response_works_with_the_articles_snippet() -> None:
+def test_a_partial_query_response_works_with_the_documented_snippet() -> None:
     resp = _convert.search_response_from_pb(_partial_query_response())
 
-    retried, missing, answered = _run_article_snippet(resp)
+    retried, missing, answered = _run_usage_snippet(resp)
 
     assert retried == [("orders", 1500)]
     assert missing == [("nope", "permanent")]

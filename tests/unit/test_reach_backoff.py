@@ -20,7 +20,7 @@ from reachstore_server.reach.policy.backoff import (
 DRAWS = 2000
 
 
-def test_defaults_are_the_articles_numbers() -> None:
+def test_defaults_are_the_documented_numbers() -> None:
     assert RetryPolicy() == RetryPolicy(0.5, 30.0, 4, 0.3, 5.0, 300.0, 6, 600.0)
     assert PollPolicy() == PollPolicy(30.0, 3600.0, 5, 0.3)
     assert PendingPolicy() == PendingPolicy(2.0, 120.0)

@@ -39,7 +39,7 @@ def _with(path: str, value: Any) -> dict[str, Any]:
     return data
 
 
-def test_a_valid_file_gives_channels_with_the_articles_defaults() -> None:
+def test_a_valid_file_gives_channels_with_the_documented_defaults() -> None:
     config = parse_config(VALID)
     hook = config.channels["hook"]
     assert (config.workers, config.lease_s, config.alert_channel) == (4, 10.0, "hook")

@@ -83,7 +83,7 @@ describe("TypeScript client against reachstore up", () => {
     }
   });
 
-  it("answers the article's query partially: demo answers, nope is missing", async () => {
+  it("answers the README's partial query: demo answers, nope is missing", async () => {
     const answer = await clients.query.query({ namespaces: ["demo", "nope"], query: QUESTION, topK: 2 });
     assert.equal(coverage(answer), 0.5);
     assert.equal(isComplete(answer), false);

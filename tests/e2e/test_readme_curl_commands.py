@@ -1,4 +1,4 @@
-"""The three curl commands of the partial-success article, verbatim, against `reachstore up`
+"""The README's partial-answer curl command and its variants, verbatim, against `reachstore up`
 started with its default ports (8420 for HTTP), as a new user would run them."""
 
 from __future__ import annotations
