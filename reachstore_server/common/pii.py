@@ -4,13 +4,16 @@ A masked value reads ``[<kind>:<8 hex>]``, the hex being the start of
 HMAC-SHA256(secret, kind + ":" + normalised value). The same value always gives the same
 token, so masked events stay joinable ("these two receipts went to the same phone"),
 while without the secret a token cannot be turned back into the value or confirmed by
-guessing. Values are normalised first: phone and card numbers lose spaces and dashes
-(a Chinese mobile also its +86 / 0086 prefix, which becomes "+86"), e-mail addresses are
-lowercased, and full-width digits count as ASCII ones.
+guessing. Values are normalised first: phone and card numbers lose their separators
+(spaces, dashes and dots, one or two between groups; a Chinese mobile also its +86 / 0086
+prefix, which becomes "+86"), e-mail addresses are lowercased, and what people type for
+digits, spaces and dashes counts as the ASCII ones: full-width forms, every script's
+decimal digits (Arabic-Indic, Devanagari, ...), no-break and thin spaces, en and em dashes.
+So "138.0013.8000", "１３８ ００１３ ８０００" and "١٣٨٠٠١٣٨٠٠٠" are one phone, one token.
 
 In free text (``mask_text``):
 
-- ``email``: local@domain.tld;
+- ``email``: local@domain.tld, in any script (internationalised addresses included);
 - ``cn_id``: 18-character resident ID numbers with a real birth date and a valid
   ISO 7064 MOD 11-2 check character;
 - ``phone``: Chinese mobiles (1[3-9] and 9 digits, optionally +86 / 86 / 0086 before,
@@ -19,6 +22,9 @@ In free text (``mask_text``):
 - ``card``: 13 to 19 digits, optionally grouped, Luhn-valid and starting as payment
   cards do (2221-2720 or 3-6): Luhn alone passes one random number in ten, and
   timestamps and order numbers start otherwise.
+
+In a map, keys are masked like any text; two keys that mask alike keep both values, the
+later under the token plus "#2", "#3", ...
 
 A number counts only as a whole: digits glued to letters or other digits ("ORD2026...",
 a longer digit run), or to a decimal point (versions, IP addresses, decimals) are left
@@ -51,6 +57,7 @@ import json
 import os
 import re
 import secrets
+import unicodedata
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -97,9 +104,33 @@ NOT_PERSONAL = frozenset(
 
 TOKEN = re.compile(r"\[(?:phone|cn_id|email|card|field):[0-9a-f]{8}\]")
 
-# Detection runs on a copy with full-width forms (U+FF01-FF5E, U+3000) made ASCII: the same
-# length, so a span found in the copy is the same span in the text.
-_ASCII = {code: code - 0xFEE0 for code in range(0xFF01, 0xFF5F)} | {0x3000: 0x20}
+# Detection runs on a copy (the probe) in which what people type for digits, spaces and
+# dashes is made ASCII, one character for one, so a span found in the probe is the same span
+# in the text: full-width forms (U+FF01-FF5E, U+3000), every script's decimal digits
+# (Arabic-Indic, Devanagari, mathematical, ...), the other spaces (no-break, narrow, thin)
+# and dashes (hyphen, en and em dash, minus). ``_to_probe`` builds it.
+_SPACES = (0x00A0, 0x1680, *range(0x2000, 0x200B), 0x202F, 0x205F)
+_DASHES = (*range(0x2010, 0x2016), 0x2212, 0xFE58, 0xFE63)
+
+
+@functools.cache
+def _probe_table() -> dict[int, int]:
+    """The probe's translation table, built on first use: finding every script's digits
+    means a look at each code point (about 0.1 s), which a process that never masks
+    anything should not pay at import."""
+    table = {code: code - 0xFEE0 for code in range(0xFF01, 0xFF5F)} | {0x3000: 0x20}
+    table |= dict.fromkeys(_SPACES, 0x20) | dict.fromkeys(_DASHES, 0x2D)
+    for code in range(0x80, 0x110000):
+        digit = unicodedata.decimal(chr(code), None)
+        if digit is not None:
+            table[code] = 0x30 + digit
+    return table
+
+
+def _to_probe(text: str) -> str:
+    return text.translate(_probe_table())
+
+
 # A found span is blanked in the copy with this, so later kinds never look inside it.
 _BLANK = "\x00"
 
@@ -108,22 +139,34 @@ _BLANK = "\x00"
 # catastrophically, and 100 KB of digits or "@" is linear work.
 _NUMBER_START = r"(?<![0-9A-Za-z+])(?<![0-9][.,])"
 _NUMBER_END = r"(?![0-9A-Za-z])(?![.,][0-9])"
+# Letters of any script, so internationalised addresses (josé@exämple.com, 用户@例子.中国)
+# count too. Scripts written without spaces (CJK, kana, hangul) cannot say where a name
+# glued to the text before it starts, so a local part is either all in such a script (and
+# then not glued to a word) or holds none of it (and then may follow such text directly:
+# "邮箱zhang.san@example.com"); a top-level domain likewise, so "example.com谢谢" ends at
+# "com".
+_UNSPACED = r"\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff"
+_SPACED_WORD = rf"[^\W{_UNSPACED}]"
 _EMAIL = re.compile(
-    r"(?<![A-Za-z0-9._%+\-])[A-Za-z0-9._%+\-]+@"
-    r"(?:[A-Za-z0-9](?:[A-Za-z0-9\-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,63}(?![A-Za-z0-9\-])"
+    rf"(?:(?<![\w.%+\-])[{_UNSPACED}]+|(?<!{_SPACED_WORD})(?<![.%+\-])(?:{_SPACED_WORD}|[.%+\-])+)@"
+    r"(?:[^\W_](?:[\w\-]{0,61}[^\W_])?\.)+"
+    r"(?:[A-Za-z]{2,63}(?![A-Za-z0-9\-])|[^\W\d_A-Za-z]{2,63}(?![\w\-]))"
 )
+# Between the groups of a written number: a space, dash or dot, or two of them ("138  0013").
+_GAP = r"[ \-.]{0,2}"
 _CN_ID = re.compile(
     _NUMBER_START
-    + r"([1-9][0-9]{5})[ \-]?((?:19|20)[0-9]{2})([0-9]{2})([0-9]{2})[ \-]?([0-9]{3}[0-9Xx])"
+    + rf"([1-9][0-9]{{5}}){_GAP}((?:19|20)[0-9]{{2}})([0-9]{{2}})([0-9]{{2}})"
+    + rf"{_GAP}([0-9]{{3}}[0-9Xx])"
     + _NUMBER_END
 )
 _CN_MOBILE = re.compile(
     _NUMBER_START
-    + r"(?:(?:\+|00)?86[ \-]?)?(1[3-9][0-9])[ \-]?([0-9]{4})[ \-]?([0-9]{4})"
+    + rf"(?:(?:\+|00)?86{_GAP})?(1[3-9][0-9]){_GAP}([0-9]{{4}}){_GAP}([0-9]{{4}})"
     + _NUMBER_END
 )
 _INTL_PHONE = re.compile(r"(?<![0-9A-Za-z+])\+[0-9](?:[ \-.]?\(?[0-9]\)?){6,18}(?![0-9])")
-_DIGIT_GROUPS = re.compile(_NUMBER_START + r"[0-9]+(?:[ \-][0-9]+)*")
+_DIGIT_GROUPS = re.compile(_NUMBER_START + rf"[0-9]+(?:{_GAP}[0-9]+)*")
 _DIGITS = re.compile(r"[0-9]+")
 _NOT_DIGIT = re.compile(r"[^0-9]+")
 _CANDIDATE = re.compile(r"[0-9@]")
@@ -238,9 +281,9 @@ def _card_in(probe: str, groups: list[tuple[int, int]]) -> Iterator[Span]:
 # international phone a "+"; every other kind a run of digits joined by single spaces or
 # dashes, at least 11 characters from its first digit (``_DIGIT_RUN``), which holds 13
 # digits (a card; an ID has 17) or a Chinese mobile's 1[3-9] and 9 more (``_LONG_ENOUGH``).
-_DIGIT_RUN = re.compile(r"[0-9][0-9 \-]{10,}")
+_DIGIT_RUN = re.compile(r"[0-9][0-9 \-.]{10,}")
 _AT_OR_PLUS = re.compile(r"[@+]")
-_LONG_ENOUGH = re.compile(r"[0-9](?:[ \-]?[0-9]){12}|1[3-9](?:[ \-]?[0-9]){9}")
+_LONG_ENOUGH = re.compile(rf"[0-9](?:{_GAP}[0-9]){{12}}|1[3-9](?:{_GAP}[0-9]){{9}}")
 
 
 def _may_hold_personal_data(probe: str) -> bool:
@@ -271,7 +314,7 @@ def might_hold_personal_data(text: str) -> bool:
     (``_may_hold_personal_data``), True only says the finders must look. One call over
     many texts joined by a character outside digits, spaces, dashes, "@" and "+" (a NUL,
     say) answers for each of them: a run never crosses it."""
-    return _may_hold_personal_data(text.translate(_ASCII))
+    return _may_hold_personal_data(_to_probe(text))
 
 
 # In this order: an e-mail may hold a phone number, an ID is longer than a phone, and a
@@ -328,7 +371,7 @@ class Masker:
         """The text with every e-mail, ID, phone and card number replaced by its token."""
         if not text:
             return text
-        probe = text.translate(_ASCII)
+        probe = _to_probe(text)
         if not _may_hold_personal_data(probe):
             return text
         spans: list[Span] = []
@@ -356,13 +399,20 @@ class Masker:
         token, a string. Other objects are masked as their ``str``.
         """
         if isinstance(value, Mapping):
-            return {
-                (self.mask_text(k) if isinstance(k, str) else k): (
+            masked: dict[Any, Any] = {}
+            for k, v in value.items():
+                key = self.mask_text(k) if isinstance(k, str) else k
+                # Two keys that mask alike ("13800138000", "138-0013-8000") must not lose a
+                # value: the later ones get "#2", "#3", ... after the token.
+                if key in masked:
+                    key = next(
+                        f"{key}#{n}" for n in itertools.count(2) if f"{key}#{n}" not in masked
+                    )
+                masked[key] = (
                     self._whole(v) if isinstance(k, str) and is_sensitive_field(k) else
                     self.mask_value(v)
-                )
-                for k, v in value.items()
-            }  # fmt: skip
+                )  # fmt: skip
+            return masked
         if isinstance(value, list | tuple):
             if all(type(v) is str for v in value):  # ids, names: one pass over them all
                 return self.mask_texts(value)
@@ -381,7 +431,7 @@ class Masker:
         over all of them instead of one per text: only the texts holding a spot where a
         finder could match are masked."""
         masked = list(texts)
-        probe = _APART.join(masked).translate(_ASCII)
+        probe = _to_probe(_APART.join(masked))
         spots = _suspect_spots(probe)
         if spots:
             ends = list(itertools.accumulate(len(text) + 1 for text in masked))
