@@ -2,7 +2,8 @@
 again, and cut for the chain (``chain.new_event``), all before any lock is taken.
 
 Masking again on arrival keeps a service that forgot from putting personal data into the
-trail. The services mask before they send, so almost every batch has nothing left to
+trail: the parameters, the idempotency key and every other text field but the tenant and
+the time. The services mask before they send, so almost every batch has nothing left to
 mask: ``Masker.mask_json`` and ``Masker.mask_texts`` tell that in one pass over the whole
 batch, and mask one event at a time only when that pass finds something that might be
 personal data. (py-spy on the audit service, before: masking each string of each event
@@ -46,12 +47,44 @@ def new_events(messages: Sequence[pb.AuditEvent], masker: Masker) -> list[NewEve
         [_params(message, index) for index, message in enumerate(messages)]
     )
     keys = masker.mask_texts([m.idempotency_key for m in messages])
+    # Every other text field too (the tenant excepted: it names the key's own tenant, which
+    # is checked): a caller may put anything in an id, a method or an error code.
+    texts = masker.mask_texts(
+        [value for before, after in checked for value in _texts(before, after)]
+    )
+    masked = [texts[i : i + _TEXTS] for i in range(0, len(texts), _TEXTS)]
     # STORED_FIELDS in order: the six before the idempotency key, the key, the params, the
     # five after them.
-    return [
-        new_event((*before, key[:512], text, *after))
-        for (before, after), key, text in zip(checked, keys, params_json, strict=True)
-    ]
+    events = []
+    for (before, after), own, key, text in zip(checked, masked, keys, params_json, strict=True):
+        before, after = _put(before, after, own)
+        events.append(new_event((*before, key[:512], text, *after)))
+    return events
+
+
+# The text fields of ``_checked``'s (before, after) that are masked, by position, with the
+# width each is cut to after masking (a token may be longer than what it replaced).
+_BEFORE_TEXTS = {0: 64, 3: 32, 4: 32, 5: 64}  # event_id, caller_key_id, service, method
+_AFTER_TEXTS = {0: 32, 1: 64, 4: 32}  # result_status, error_code, trace_id
+_TEXTS = len(_BEFORE_TEXTS) + len(_AFTER_TEXTS)
+
+
+def _texts(before: tuple[Any, ...], after: tuple[Any, ...]) -> list[str]:
+    return [before[i] for i in _BEFORE_TEXTS] + [after[i] for i in _AFTER_TEXTS]
+
+
+def _put(
+    before: tuple[Any, ...], after: tuple[Any, ...], masked: Sequence[str]
+) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """``before`` and ``after`` with their text fields replaced by ``masked`` (in
+    ``_texts`` order), each cut to its width."""
+    new_before, new_after = list(before), list(after)
+    values = iter(masked)
+    for i, width in _BEFORE_TEXTS.items():
+        new_before[i] = next(values)[:width]
+    for i, width in _AFTER_TEXTS.items():
+        new_after[i] = next(values)[:width]
+    return tuple(new_before), tuple(new_after)
 
 
 def _params(message: pb.AuditEvent, index: int) -> dict[str, Any]:
