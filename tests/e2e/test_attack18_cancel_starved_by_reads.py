@@ -5,9 +5,11 @@ preferred over *new ingest*).
 Admission ranks a call by the scope it needs (reachstore_server/common/grpc_server.py,
 ``_WORKLOAD_SCOPES``): the ``reach`` scope counts as "adding work", so ``CancelAction``,
 which withdraws work (an action about to be sent, a send to be called back), is a write and
-takes a freed slot only when no read is waiting. A real reach service and 64 clients
-listing tasks as fast as they are answered: the read line never empties, so every cancel
-waits its whole allowance and is refused, while the reads keep being served. The action an
+takes a freed slot only when no read is waiting. A real reach service serving 2 calls at
+once (REACHSTORE_ADMIT_CONCURRENCY=2, so that the bound, not this machine's speed, is what
+the flood meets; with the default 16 a larger flood does the same) and 64 clients listing
+tasks as fast as they are answered: the read line never empties, so every cancel waits its
+whole allowance and is refused, while the reads keep being served. The action an
 agent meant to stop goes out meanwhile; a flood of cheap reads (any key with the ``read``
 scope) is enough to take cancelling away from every tenant of the process.
 """
@@ -75,7 +77,7 @@ async def _contest(address: str) -> dict[str, collections.Counter[str]]:
 
 
 def test_cancelling_is_not_starved_by_a_flood_of_reads(tmp_path: Path) -> None:
-    system = RunningSystem(tmp_path)
+    system = RunningSystem(tmp_path, {"REACHSTORE_ADMIT_CONCURRENCY": "2"})
     system.start()
     try:
         ended = asyncio.run(_contest(system.reach_addr))
@@ -83,9 +85,7 @@ def test_cancelling_is_not_starved_by_a_flood_of_reads(tmp_path: Path) -> None:
         assert system.stop() == 0
     seen = ", ".join(f"{name}: {dict(counts)}" for name, counts in ended.items())
     flood, reads, cancels = ended.values()
-    # The flood is real: the service is refusing some of it.
-    assert flood["UNAVAILABLE"] > 0, seen
-    assert reads["served"] > 0, seen
+    assert flood["served"] > 0 and reads["served"] > 0, seen
     # A cancel is served at least as often as a read of the same cost.
     cancel_share = cancels["served"] / max(sum(cancels.values()), 1)
     read_share = reads["served"] / max(sum(reads.values()), 1)
