@@ -1,4 +1,4 @@
-"""Through the REST bridge, a flood of large document batches starves queries
+"""Through the REST bridge, a flood of large document batches must not starve queries
 (docs/OPERATIONS.md, "Load shedding": "Queries and reads are preferred over new ingest under
 pressure").
 
@@ -8,8 +8,12 @@ any service can refuse it (reachstore_server/bridge/app.py, ``_call``), in arriv
 reads and writes alike. A real `reachstore up`; a few clients post batches of 100
 documents of 8 KB each as fast as they are answered (accepted, or refused with 503 and a
 wait they ignore, as a misbehaving client would), while one agent asks a one-word question
-through the same bridge, allowing 2 s. The query service itself is idle; the question
-should be answered as quickly as without the flood.
+through the same bridge, allowing 2 s. The question should be answered as quickly as
+without the flood.
+
+This attack found the guarantee holding (the test passes): the bridge's parsing of the
+flood left the questions answered well within their time. It is kept because no other test
+sends a flood through the bridge.
 """
 
 from __future__ import annotations
