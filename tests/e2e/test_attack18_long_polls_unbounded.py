@@ -7,8 +7,8 @@ A waiting ``GetTask`` reads its task's version at once and again every
 ``FALLBACK_POLL_SECONDS`` (0.2 s, reachstore_server/reach/watch.py), and reads the whole
 task when it changes, each read on the process's default thread pool
 (reachstore_server/reach/api/servicer.py, ``_wait_for_change``). A real `reachstore up`,
-one open task (its action accepted by the receiver and pending there, so its version moves
-with every status check), and 1000 callers long-polling it, each polling again as soon as
+one open task (its action accepted by the receiver and pending there, its version moving
+as reach follows it up), and 1000 callers long-polling it, each polling again as soon as
 its poll ends, as the API invites: thousands of database reads a second that admission
 never sees. Meanwhile an agent lists its tasks, allowing 1 s: the calls admission does
 bound queue behind the pollers' reads, and some are neither served in time nor refused at
