@@ -9,16 +9,18 @@ still be served, and otherwise gets ``SERVICE_OVERLOADED`` (transient) with a wa
 from the backlog, so a well-behaved client spreads its retries over the time the backlog
 takes to drain.
 
-Reads go first: when a slot frees, a waiting read takes it before a waiting write, so
-queries keep being answered while new ingest waits or is refused. Long polls (requests
-with a ``wait_ms``) are not admitted here: they hold no worker while they wait.
+Reads go first: when a slot frees, a waiting read takes it before a waiting call that adds
+work (a document, an action, an audit event), so queries keep being answered while new
+work waits or is refused.
 
-The wait a caller is told, and the wait a call may queue, come from one estimate: with
-``limit`` calls in flight taking ``mean`` seconds each, the service finishes
-``limit / mean`` calls a second (Little's law), so the ``n``-th call in line starts after
-about ``n * mean / limit`` seconds. The mean is a moving average of the calls served, so
-the estimate follows what the calls cost now, including their waits for threads inside
-the service.
+What a call costs is estimated per method, as the median of its last ``_RECENT`` call
+times: a median, so a few slow calls (a heavy filter, a huge namespace) do not make every
+call of the method look slow, and per method, so cheap look-ups do not make searches look
+cheap. With calls in flight and waiting that cost ``c1, c2, ...`` and ``limit`` slots, a
+new call starts after about ``(c1 + c2 + ...) / limit`` seconds. A call is refused at once
+when that start leaves it less than its own cost before its deadline (or past the longest
+wait allowed), and when its deadline is nearer than its cost even with a slot free; a call
+that waited for its slot is checked again when it gets it.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import asyncio
 import collections
 import dataclasses
 import math
+import statistics
 import time
 from collections.abc import Callable
 from typing import Literal
@@ -35,11 +38,10 @@ from reachstore_server.common import errors
 
 Kind = Literal["read", "write"]
 
-# Weight of the newest call in the moving average of service times: about the last 10
-# calls count, so the estimate follows a change of load within a second or so.
-_NEWEST_WEIGHT = 0.1
-# Before any call has been timed, the mean is taken as this (a query's order of magnitude);
-# the first call timed replaces it.
+# Call times kept per method for its median: enough that a handful of outliers do not move
+# it, few enough that it follows a change of load within a few dozen calls.
+_RECENT = 32
+# The cost of a method never timed yet (a query's order of magnitude).
 _FIRST_GUESS_S = 0.05
 # The shortest wait a refusal advises: sooner than this, the retry finds the same backlog.
 _MIN_RETRY_S = 0.1
@@ -62,7 +64,14 @@ DEFAULT_LIMITS = AdmissionLimits()
 class Ticket:
     """One admitted call; hand it back to ``Admission.leave`` when the call ends."""
 
+    method: str
     started: float
+
+
+@dataclasses.dataclass
+class _Waiter:
+    method: str
+    slot: asyncio.Future[Ticket]
 
 
 class Admission:
@@ -73,83 +82,112 @@ class Admission:
     ) -> None:
         self._limits = limits
         self._clock = clock
-        self._in_flight = 0
-        self._mean_s = _FIRST_GUESS_S
-        self._timed = False
-        self._waiting: dict[Kind, collections.deque[asyncio.Future[Ticket]]] = {
+        self._served: list[Ticket] = []
+        self._times: dict[str, collections.deque[float]] = {}
+        self._waiting: dict[Kind, collections.deque[_Waiter]] = {
             "read": collections.deque(),
             "write": collections.deque(),
         }
 
     @property
     def in_flight(self) -> int:
-        return self._in_flight
+        return len(self._served)
 
     @property
     def waiting(self) -> int:
         return len(self._waiting["read"]) + len(self._waiting["write"])
 
-    async def enter(self, kind: Kind, time_remaining: float | None) -> Ticket:
-        """A slot for one call, now or after a wait it can afford; otherwise
-        ``ReachstoreError(SERVICE_OVERLOADED)`` at once, or when the affordable wait is over.
+    def cost(self, method: str) -> float | None:
+        """The median time of the method's recent calls; None before its first."""
+        times = self._times.get(method)
+        return statistics.median(times) if times else None
+
+    async def enter(self, method: str, kind: Kind, time_remaining: float | None) -> Ticket:
+        """A slot for one call of ``method``, now or after a wait it can afford; otherwise
+        ``ReachstoreError(SERVICE_OVERLOADED)``, at once or when that wait is over.
         ``time_remaining``: seconds to the caller's deadline (None: no deadline)."""
-        limit = self._limits.concurrency
-        ahead = len(self._waiting["read"]) + (len(self._waiting["write"]) if kind == "write" else 0)
-        if self._in_flight < limit and ahead == 0:
-            self._in_flight += 1
-            return Ticket(self._clock())
-        # The call must start in time to be served before its deadline.
+        own = self.cost(method)
+        if time_remaining is not None and own is not None and time_remaining < own:
+            raise self._refusal("its deadline is nearer than such a call takes")
+        ahead = list(self._waiting["read"])
+        if kind == "write":
+            ahead += self._waiting["write"]
+        if len(self._served) < self._limits.concurrency and not ahead:
+            return self._admit(method)
         affordable = self._limits.max_wait_s
         if time_remaining is not None:
-            affordable = min(affordable, time_remaining - self._mean_s)
-        expected = math.ceil((ahead + 1) / limit) * self._mean_s
-        if expected > affordable:
-            raise self._refusal()
-        slot: asyncio.Future[Ticket] = asyncio.get_running_loop().create_future()
-        self._waiting[kind].append(slot)
+            affordable = min(affordable, time_remaining - (own or 0.0))
+        if self._start_in(ahead) > affordable:
+            raise self._refusal("it could not start in time")
+        waiter = _Waiter(method, asyncio.get_running_loop().create_future())
+        self._waiting[kind].append(waiter)
+        entered = self._clock()
         try:
-            return await asyncio.wait_for(asyncio.shield(slot), max(affordable, 0.0))
+            ticket = await asyncio.wait_for(asyncio.shield(waiter.slot), max(affordable, 0.0))
         except (TimeoutError, asyncio.CancelledError) as exc:
-            if slot.done():
+            if waiter.slot.done():
                 # The slot was handed over just as the wait ended: pass it on.
-                self.leave(slot.result(), served=False)
+                self.leave(waiter.slot.result(), served=False)
             else:
-                self._waiting[kind].remove(slot)
-                slot.cancel()
+                self._waiting[kind].remove(waiter)
+                waiter.slot.cancel()
             if isinstance(exc, TimeoutError):
-                raise self._refusal() from None
+                raise self._refusal("it waited as long as it could") from None
             raise
+        # The wait took longer than foreseen: a call that can no longer finish in time
+        # gives its slot straight back rather than hold it for an answer nobody will read.
+        # Its cost is read again: the method may have been timed while it waited.
+        own = self.cost(method)
+        if time_remaining is not None and own is not None:
+            if time_remaining - (self._clock() - entered) < own:
+                self.leave(ticket, served=False)
+                raise self._refusal("its deadline came too near while it waited")
+        return ticket
 
     def leave(self, ticket: Ticket, served: bool = True) -> None:
-        """The call of ``ticket`` ended: its time joins the mean (unless it was never
+        """The call of ``ticket`` ended: its time joins its method's (unless it was never
         served), its slot goes to the next waiting read, else the next waiting write."""
         now = self._clock()
         if served:
-            took = max(now - ticket.started, 0.0)
-            weight = _NEWEST_WEIGHT if self._timed else 1.0
-            self._mean_s += weight * (took - self._mean_s)
-            self._timed = True
+            times = self._times.setdefault(ticket.method, collections.deque(maxlen=_RECENT))
+            times.append(max(now - ticket.started, 0.0))
+        self._served.remove(ticket)
         for kind in ("read", "write"):
             queue = self._waiting[kind]
             while queue:
-                slot = queue.popleft()
-                if not slot.done():
-                    slot.set_result(Ticket(now))  # the slot passes on: in_flight unchanged
+                waiter = queue.popleft()
+                if not waiter.slot.done():
+                    waiter.slot.set_result(self._admit(waiter.method))
                     return
-        self._in_flight -= 1
 
-    def _refusal(self) -> errors.ReachstoreError:
-        backlog = self._in_flight + self.waiting
-        drain_s = max(backlog / self._limits.concurrency * self._mean_s, _MIN_RETRY_S)
+    def _admit(self, method: str) -> Ticket:
+        ticket = Ticket(method, self._clock())
+        self._served.append(ticket)
+        return ticket
+
+    def _cost_or_guess(self, method: str) -> float:
+        cost = self.cost(method)
+        return _FIRST_GUESS_S if cost is None else cost
+
+    def _start_in(self, ahead: list[_Waiter]) -> float:
+        """Seconds until a call behind ``ahead`` gets a slot: the work in flight and ahead
+        of it, shared by the slots."""
+        work = sum(self._cost_or_guess(t.method) for t in self._served)
+        work += sum(self._cost_or_guess(w.method) for w in ahead)
+        return work / self._limits.concurrency
+
+    def _refusal(self, why: str) -> errors.ReachstoreError:
+        everyone = [*self._waiting["read"], *self._waiting["write"]]
+        drain_s = max(self._start_in(everyone), _MIN_RETRY_S)
         return errors.ReachstoreError(
             errors.SERVICE_OVERLOADED,
-            f"the service is serving {self._in_flight} calls with {self.waiting} waiting; "
-            f"retry in {drain_s:.3f} s",
+            f"refused at once: {why}; the service is serving {len(self._served)} calls with "
+            f"{len(everyone)} waiting; retry in {drain_s:.3f} s",
             retry_after_ms=math.ceil(round(drain_s * 1000, 3)),
             structured_data={
-                "in_flight": self._in_flight,
-                "waiting": self.waiting,
+                "in_flight": len(self._served),
+                "waiting": len(everyone),
                 "limit": self._limits.concurrency,
-                "mean_call_ms": round(self._mean_s * 1000, 1),
+                "drain_ms": round(drain_s * 1000, 1),
             },
         )

@@ -557,7 +557,7 @@ INGEST_BACKLOG = _entry(
     "The ingest queue is too far behind (its oldest queued document has waited longer than "
     "REACHSTORE_INGEST_MAX_QUEUE_S): new documents are refused, nothing of this request was "
     "stored, until it catches up; retry after the advised wait. Queries are not affected. "
-    "structured_data has the oldest wait, the bound and the queued count.",
+    "structured_data has the bound (the queue's own figures are every tenant's: not shown).",
     retry_after_ms=1000,
 )
 SERVICE_OVERLOADED = _entry(

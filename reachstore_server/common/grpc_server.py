@@ -112,7 +112,7 @@ class Guards:
     metrics: RpcMetrics | None = None
     admission: Admission | None = None
     # The methods ``admission`` bounds, and whether each is a read or a write.
-    admitted: Mapping[str, Kind] = dataclasses.field(default_factory=dict)
+    admitted: Mapping[str, Admitted] = dataclasses.field(default_factory=dict)
 
 
 def _wrap_unary(
@@ -124,7 +124,7 @@ def _wrap_unary(
     authenticator = guards.authenticator
     metrics = guards.metrics
     admission = guards.admission
-    kind = guards.admitted.get(method)
+    admitted = guards.admitted.get(method)
 
     async def handler(request: Any, context: grpc.aio.ServicerContext) -> Any:
         started = time.perf_counter()
@@ -146,10 +146,14 @@ def _wrap_unary(
                 if guards.limiter is not None and who.key_id:
                     await _check_rate(guards.limiter, who, scope)
                 token = identity.set_caller(who)
-            if admission is not None and kind is not None:
+            if (
+                admission is not None
+                and admitted is not None
+                and not (admitted.polls and request.wait_ms > 0)
+            ):
                 # After the caller's own limits (429 is about the caller, this is about the
                 # service), before the audit and the work: a refused call changed nothing.
-                ticket = await admission.enter(kind, context.time_remaining())
+                ticket = await admission.enter(method, admitted.kind, context.time_remaining())
             if who is not None and guards.audit is not None:
                 audited = guards.audit.begin(method, scope, request, who, metadata)
             if undecodable is not None:
@@ -342,25 +346,33 @@ def _tolerant(
     return parse
 
 
-# The scopes of the calls that add work (documents to embed, actions to send, events to
-# append); under pressure the rest (reads, and operators' calls) is served first.
-_WORKLOAD_SCOPES = frozenset({"write", "reach", "internal"})
+# The calls that add work (a document to embed, an action to send, events to append): under
+# pressure every other call (reads, cancels, an operator's resolutions) is served first.
+_ADDS_WORK = frozenset(
+    {"SubmitTask", "Reach", "CreateDocument", "BatchCreateDocuments", "AppendEvents"}
+)
 
 
-def _admitted_methods(service_names: Iterable[str]) -> dict[str, Kind]:
-    """Every method of ``service_names`` that admission bounds, as a read or a write (by the
-    scope it requires: ``_WORKLOAD_SCOPES`` are writes). Not the long polls: a call with a
-    ``wait_ms`` spends its time waiting for a change, holding no worker, and would take a
-    slot for its whole wait."""
+@dataclasses.dataclass(frozen=True)
+class Admitted:
+    """How admission treats a method: as a read or a write, and whether its request may ask
+    to wait for a change (``wait_ms``). Such a long poll spends its time waiting, holding no
+    worker, and is not counted while it waits; the same call without a wait is."""
+
+    kind: Kind
+    polls: bool
+
+
+def _admitted_methods(service_names: Iterable[str]) -> dict[str, Admitted]:
+    """Every method of ``service_names``, as admission treats it."""
     pool = descriptor_pool.Default()
     services = [pool.FindServiceByName(name) for name in service_names]
-    admitted: dict[str, Kind] = {}
-    for method, scope in scopes_by_method(services).items():
-        _, _, name = method.rpartition("/")
-        service = method.strip("/").rpartition("/")[0]
+    admitted: dict[str, Admitted] = {}
+    for method in scopes_by_method(services):
+        service, _, name = method.strip("/").rpartition("/")
         request = pool.FindServiceByName(service).methods_by_name[name].input_type
-        if "wait_ms" not in request.fields_by_name:
-            admitted[method] = "write" if scope in _WORKLOAD_SCOPES else "read"
+        kind: Kind = "write" if name in _ADDS_WORK else "read"
+        admitted[method] = Admitted(kind, "wait_ms" in request.fields_by_name)
     return admitted
 
 

@@ -625,17 +625,34 @@ class ReachStore:
             return {(c, s): n for c, s, n in rows}
 
     def behind_by_channel(self) -> dict[str, float]:
-        """channel -> how long its oldest due action has been due (seconds, by the
-        database's clock), for channels with an action due now: how far behind the
-        workers are with that channel's queue (docs/OPERATIONS.md, "Load shedding")."""
+        """channel -> how far behind the workers are with that channel's queue (seconds, by
+        the database's clock), for channels with work waiting: the longer of how long its
+        oldest due action has been due, and how long its oldest action never yet sent has
+        existed. The second counts actions a worker holds while it waits for the channel's
+        rate (held, they are not due) (docs/OPERATIONS.md, "Load shedding")."""
         with self._sessions() as session:
             now = db_clock(session)
-            rows = session.execute(
+            due = session.execute(
                 select(ReachActionRow.channel, func.min(ReachActionRow.next_at))
                 .where(ReachActionRow.state.in_(st.DUE_STATES), ReachActionRow.next_at <= now)
                 .group_by(ReachActionRow.channel)
-            )
-            return {c: max(0.0, now - oldest) for c, oldest in rows if oldest is not None}
+            ).all()
+            unsent = session.execute(
+                select(ReachActionRow.channel, func.min(ReachActionRow.created_at))
+                .where(ReachActionRow.state == st.READY, ReachActionRow.attempts == 0)
+                .group_by(ReachActionRow.channel)
+            ).all()
+        behind: dict[str, float] = {}
+        for channel, oldest in due:
+            if oldest is not None:
+                behind[channel] = max(0.0, now - oldest)
+        for channel, created in unsent:
+            if created is not None:
+                if created.tzinfo is None:  # SQLite hands back UTC without a zone
+                    created = created.replace(tzinfo=dt.UTC)
+                waited = max(0.0, now - created.timestamp())
+                behind[channel] = max(behind.get(channel, 0.0), waited)
+        return behind
 
     def list_actions(
         self,

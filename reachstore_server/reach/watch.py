@@ -3,13 +3,20 @@
 Changes made in this process (the executor's, cancels, resolutions) wake the waiters at
 once. Changes made by another reach process on the same database cannot: waiters also
 re-read the task's version every ``FALLBACK_POLL_SECONDS``.
+
+The waiters of one task share their reads (``TaskChanges.shared``): one read of a task at a
+time, its answer reused by every waiter for ``FALLBACK_POLL_SECONDS`` and dropped when this
+process changes the task. A thousand callers long-polling one task then cost the database
+what one does, instead of a thousand reads every poll (docs/OPERATIONS.md, "Load shedding").
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Hashable, Iterator
+from typing import Any
 
 FALLBACK_POLL_SECONDS = 0.2
 
@@ -19,10 +26,32 @@ class TaskChanges:
 
     def __init__(self) -> None:
         self._waiters: dict[str, set[asyncio.Event]] = {}
+        # (task id, what is read) -> (when the read started, its answer to come).
+        self._reads: dict[tuple[str, Hashable], tuple[float, asyncio.Future[Any]]] = {}
 
     def notify(self, task_id: str) -> None:
+        for key in [key for key in self._reads if key[0] == task_id]:
+            del self._reads[key]  # what was read before the change is stale now
         for event in self._waiters.get(task_id, ()):
             event.set()
+
+    async def shared(self, task_id: str, what: Hashable, read: Callable[[], Any]) -> Any:
+        """``read()`` (a blocking store read about ``task_id``, run in a thread), or the
+        answer of the same read started less than ``FALLBACK_POLL_SECONDS`` ago."""
+        key = (task_id, what)
+        now = time.monotonic()
+        entry = self._reads.get(key)
+        if entry is None or now - entry[0] >= FALLBACK_POLL_SECONDS:
+            entry = (now, asyncio.ensure_future(asyncio.to_thread(read)))
+            self._reads[key] = entry
+            asyncio.get_running_loop().call_later(FALLBACK_POLL_SECONDS, self._forget, key, entry)
+        return await asyncio.shield(entry[1])
+
+    def _forget(self, key: tuple[str, Hashable], entry: tuple[float, asyncio.Future[Any]]) -> None:
+        if self._reads.get(key) is entry:
+            del self._reads[key]
+        if entry[1].done() and not entry[1].cancelled():
+            entry[1].exception()  # a failed read nobody awaited any more: seen, not logged
 
     @contextlib.contextmanager
     def watching(self, task_id: str) -> Iterator[asyncio.Event]:

@@ -68,8 +68,8 @@ def test_a_queue_too_far_behind_refuses_new_documents_and_queries_go_on(tmp_path
                 )
                 assert error["retry_after_ms"] >= 1000
                 assert int(refused.headers["retry-after"]) >= 1
-                assert error["structured_data"]["oldest_queued_s"] > MAX_QUEUE_S
-                assert error["structured_data"]["max_queue_s"] == MAX_QUEUE_S
+                # The bound, and nothing of a queue other tenants share.
+                assert error["structured_data"] == {"max_queue_s": MAX_QUEUE_S}
                 more = http.post(
                     "/api/v1/namespaces/kb/documents:batchCreate",
                     json={"documents": documents("more", 2)},

@@ -21,7 +21,7 @@ class Clock:
 
 def _served(admission: Admission, clock: Clock, seconds: float) -> None:
     """One call served for ``seconds``, so the mean call time is known."""
-    ticket = asyncio.run(admission.enter("read", None))
+    ticket = asyncio.run(admission.enter("m", "read", None))
     clock.now += seconds
     admission.leave(ticket)
 
@@ -30,8 +30,8 @@ def test_within_the_limit_calls_are_admitted_at_once() -> None:
     admission = Admission(AdmissionLimits(concurrency=2))
 
     async def run() -> None:
-        first = await admission.enter("read", 1.0)
-        second = await admission.enter("write", 1.0)
+        first = await admission.enter("m", "read", 1.0)
+        second = await admission.enter("m", "write", 1.0)
         assert admission.in_flight == 2
         admission.leave(first)
         admission.leave(second)
@@ -43,22 +43,27 @@ def test_within_the_limit_calls_are_admitted_at_once() -> None:
 def test_a_call_that_cannot_start_in_time_is_refused_at_once_with_the_backlog() -> None:
     clock = Clock()
     admission = Admission(AdmissionLimits(concurrency=2, max_wait_s=1.0), clock)
-    _served(admission, clock, 0.4)
+    _served(admission, clock, 0.25)
 
     async def run() -> None:
-        held = [await admission.enter("read", None) for _ in range(2)]
-        waiting = [asyncio.ensure_future(admission.enter("read", 10.0)) for _ in range(4)]
+        held = [await admission.enter("m", "read", None) for _ in range(2)]
+        # The n-th in line starts after (2 in flight + n ahead) x 0.25 s / 2 slots: the
+        # seventh (n = 6) at 1.0 s, within the 1 s a call may wait.
+        waiting = [asyncio.ensure_future(admission.enter("m", "read", 10.0)) for _ in range(7)]
         await asyncio.sleep(0)
-        assert admission.waiting == 4  # two waves of 0.4 s: 0.8 s, within the 1 s
+        assert admission.waiting == 7
         with pytest.raises(errors.ReachstoreError) as refused:
-            await admission.enter("read", 10.0)  # a third wave: 1.2 s > 1 s
+            await admission.enter("m", "read", 10.0)  # the eighth: 1.125 s > 1 s
         failure = refused.value.failure
         assert failure.error_code == "SERVICE_OVERLOADED"
-        # 2 in flight + 4 waiting, 2 at a time, 0.4 s each: the backlog drains in 1.2 s.
-        assert failure.retry_after_ms == 1200
-        assert failure.structured_data["waiting"] == 4
+        # 2 in flight + 7 waiting, 2 at a time, 0.25 s each: the backlog drains in 1.125 s.
+        assert failure.retry_after_ms == 1125
+        assert failure.structured_data["waiting"] == 7
         with pytest.raises(errors.ReachstoreError):
-            await admission.enter("read", 0.5)  # its deadline is nearer than its turn
+            await admission.enter("m", "read", 0.5)  # its deadline is nearer than its turn
+        with pytest.raises(errors.ReachstoreError):
+            await admission.enter("m", "read", 0.2)  # nearer than one such call takes
+        assert admission.cost("m") == 0.25 and admission.cost("other") is None
         for future in waiting:  # callers that go away leave the line
             future.cancel()
         await asyncio.gather(*waiting, return_exceptions=True)
@@ -77,12 +82,12 @@ def test_a_freed_slot_goes_to_a_waiting_read_before_an_earlier_write() -> None:
     order: list[str] = []
 
     async def call(kind: str) -> None:
-        ticket = await admission.enter(kind, None)  # type: ignore[arg-type]
+        ticket = await admission.enter("m", kind, None)  # type: ignore[arg-type]
         order.append(kind)
         admission.leave(ticket)
 
     async def run() -> None:
-        held = await admission.enter("read", None)
+        held = await admission.enter("m", "read", None)
         write = asyncio.ensure_future(call("write"))
         await asyncio.sleep(0)
         read = asyncio.ensure_future(call("read"))
@@ -99,9 +104,9 @@ def test_a_waiter_that_times_out_is_refused_and_leaves_no_trace() -> None:
     admission = Admission(AdmissionLimits(concurrency=1, max_wait_s=0.05))
 
     async def run() -> None:
-        held = await admission.enter("read", None)
+        held = await admission.enter("m", "read", None)
         with pytest.raises(errors.ReachstoreError) as refused:
-            await admission.enter("read", None)
+            await admission.enter("m", "read", None)
         assert refused.value.failure.error_code == "SERVICE_OVERLOADED"
         assert admission.waiting == 0
         admission.leave(held)
@@ -114,9 +119,9 @@ def test_a_waiter_cancelled_as_its_slot_arrives_loses_no_slot() -> None:
     admission = Admission(AdmissionLimits(concurrency=1, max_wait_s=5.0))
 
     async def run() -> None:
-        held = await admission.enter("read", None)
-        first = asyncio.ensure_future(admission.enter("read", None))
-        second = asyncio.ensure_future(admission.enter("read", None))
+        held = await admission.enter("m", "read", None)
+        first = asyncio.ensure_future(admission.enter("m", "read", None))
+        second = asyncio.ensure_future(admission.enter("m", "read", None))
         await asyncio.sleep(0)
         admission.leave(held)  # the slot is handed to `first` ...
         first.cancel()  # ... whose caller goes away before it runs

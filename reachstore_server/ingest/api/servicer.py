@@ -25,7 +25,7 @@ from reachstore_server.embedding import Embedder
 from reachstore_server.ingest.api.convert import namespace_to_pb, task_to_pb
 from reachstore_server.storage.records import Usage
 from reachstore_server.storage.repository import NamespaceExists, NamespaceInfo, SemanticStore
-from reachstore_server.storage.tasks import QUEUED, NewTask, TaskInfo, TaskStore
+from reachstore_server.storage.tasks import NewTask, TaskInfo, TaskStore
 
 T = TypeVar("T")
 
@@ -82,8 +82,8 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
         self._quotas = quotas or limits.Limits()
         self._max_queue_s = max_queue_s
         self._clock = clock
-        # (when read, queued count, oldest queued wait in seconds): the queue as last read.
-        self._queue_seen: tuple[float, int, float] | None = None
+        # (when read, oldest queued wait in seconds): the queue as last read.
+        self._queue_seen: tuple[float, float] | None = None
         self._store = store
         self._tasks = tasks
         self._embedder = embedder
@@ -109,24 +109,22 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
         under a burst of writes the check costs one query a second, not one per call."""
         now = self._clock()
         if self._queue_seen is None or now - self._queue_seen[0] >= BACKLOG_READ_EVERY_S:
-            counts, waited = await self._run(self._tasks.queue)
-            self._queue_seen = (now, counts.get(QUEUED, 0), waited)
-        _, queued, waited = self._queue_seen
+            _, waited = await self._run(self._tasks.queue)
+            self._queue_seen = (now, waited)
+        waited = self._queue_seen[1]
         if waited <= self._max_queue_s:
             return
         # The queue must shed its excess wait before new work is worth taking: advise that
         # long, within [1 s, max_queue_s].
         retry_s = min(max(waited - self._max_queue_s, 1.0), self._max_queue_s)
+        # The queue is every tenant's: the refusal names the bound, never the figures of a
+        # queue that holds other tenants' documents.
         raise errors.ReachstoreError(
             errors.INGEST_BACKLOG,
-            f"the oldest of {queued} queued documents has waited {waited:.1f} s, more than "
-            f"{self._max_queue_s:g} s; retry in {retry_s:.1f} s",
+            f"the ingest queue is more than {self._max_queue_s:g} s behind; retry in "
+            f"{retry_s:.1f} s",
             retry_after_ms=math.ceil(retry_s * 1000),
-            structured_data={
-                "oldest_queued_s": round(waited, 1),
-                "max_queue_s": self._max_queue_s,
-                "queued": queued,
-            },
+            structured_data={"max_queue_s": self._max_queue_s},
         )
 
     # --- namespaces -------------------------------------------------------------------

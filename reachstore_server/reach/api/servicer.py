@@ -13,6 +13,7 @@ import functools
 import json
 import time
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import grpc
 
@@ -200,28 +201,41 @@ class ReachServicer(OperatorCalls, pb_grpc.ReachServiceServicer):
         task); None: the caller reads it."""
         tenant = who.tenant
         deadline = time.monotonic() + wait_ms / 1000
+
+        def version() -> Any:
+            return self._changes.shared(
+                task_id, ("version", tenant), lambda: self._store.task_version(tenant, task_id)
+            )
+
         with self._changes.watching(task_id) as changed:
-            first = await asyncio.to_thread(self._store.task_version, tenant, task_id)
+            first = await version()
             if first is None:
                 return None  # the caller gets the not-found answer at once
-            version, state = first
-            baseline = known or version
-            while version == baseline and state not in st.TASK_FINAL:
+            version_now, state = first
+            baseline = known or version_now
+            while version_now == baseline and state not in st.TASK_FINAL:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return None
                 if await self._changes.wait(changed, left):
-                    found = await self._find_task(who, task_id)
+                    whole = await self._changes.shared(
+                        task_id, ("task", tenant), lambda: self._store.get_task(tenant, task_id)
+                    )
+                    found = (
+                        whole
+                        if whole is not None and visibility.task_visible(who, whole[1])
+                        else None
+                    )
                     if found is None:
                         return None
-                    version, state = found[0].version, found[0].state
-                    if version != baseline or state in st.TASK_FINAL:
+                    version_now, state = found[0].version, found[0].state
+                    if version_now != baseline or state in st.TASK_FINAL:
                         return found
                     continue
-                current = await asyncio.to_thread(self._store.task_version, tenant, task_id)
+                current = await version()
                 if current is None:
                     return None
-                version, state = current
+                version_now, state = current
         return None
 
     async def ListTasks(
