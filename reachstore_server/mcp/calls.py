@@ -77,7 +77,9 @@ async def call(
     try:
         if spec.channel is not None:
             return await _send(client, key, spec, arguments)
-        catalogue.check_arguments(spec.tool.input_schema, arguments)
+        # Every tool's arguments pass here (or through _send's check), so every integer
+        # argument is an int from here on.
+        arguments = catalogue.check_arguments(spec.tool.input_schema, arguments)
         handler = _FIXED[spec.name]
         return await handler(client, arguments)
     except ArgumentError as exc:
@@ -195,8 +197,7 @@ async def _send(
     # field, with the rules in CEL beside it); the arguments around it are checked here.
     outer = dict(spec.tool.input_schema)
     outer["properties"] = {**outer["properties"], "params": {"type": "object"}}
-    catalogue.check_arguments(outer, arguments)
-    args = dict(arguments)
+    args = catalogue.check_arguments(outer, arguments)
     if "action_type" not in args and channel.action_types:
         args["action_type"] = channel.action_types[0]
     current, previous = keying.keys_for(
