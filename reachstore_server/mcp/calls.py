@@ -21,10 +21,12 @@ from mcp_types import CallToolResult, TextContent
 from reachstore import (
     ApiKey,
     AsyncClient,
+    AuthError,
     DocumentInput,
     Failure,
     InvalidArgumentError,
     NotFoundError,
+    PermanentError,
     ReachstoreError,
     ReachTask,
 )
@@ -55,19 +57,33 @@ def _category_word(category: int) -> str:
     return pf_pb2.Category.Name(category).removeprefix("CATEGORY_").lower()
 
 
+def _failure(spec: errors.ErrorSpec, message: str, data: dict[str, Any]) -> Failure:
+    """A failure with the catalogue's code and category (common/errors.py), as the
+    services would answer it."""
+    return Failure(
+        category=_category_word(spec.category),
+        error_code=spec.code,
+        message=message,
+        retryable=False,
+        retry_after_ms=None,
+        structured_data=data,
+    )
+
+
 def invalid_argument(field: str, rule: str) -> InvalidArgumentError:
     """The catalogue's INVALID_ARGUMENT, as the services answer a bad field."""
     spec = errors.INVALID_ARGUMENT
-    return InvalidArgumentError(
-        Failure(
-            category=_category_word(spec.category),
-            error_code=spec.code,
-            message=f"{field}: {rule}",
-            retryable=False,
-            retry_after_ms=None,
-            structured_data={"field": field, "rule": rule},
-        )
-    )
+    return InvalidArgumentError(_failure(spec, f"{field}: {rule}", {"field": field, "rule": rule}))
+
+
+def auth_malformed() -> AuthError:
+    """AUTH_MALFORMED, as the services answer a credential that is not a key."""
+    return AuthError(_failure(errors.AUTH_MALFORMED, errors.AUTH_MALFORMED.description, {}))
+
+
+def internal() -> PermanentError:
+    """INTERNAL, with the catalogue's text only."""
+    return PermanentError(_failure(errors.INTERNAL, errors.INTERNAL.description, {}))
 
 
 async def call(

@@ -103,7 +103,9 @@ class Connections:
 
     @contextlib.asynccontextmanager
     async def client(self, headers: Mapping[str, str] | None) -> AsyncIterator[AsyncClient]:
-        """The client for the request's key, kept open until the caller is done with it."""
+        """The client for the request's key, kept open until the caller is done with it.
+
+        Raises ``AuthError`` (AUTH_MALFORMED) for a key that is not printable ASCII."""
         api_key = _api_key(headers) if self._per_request else None
         entry = self._clients.get(api_key)
         if entry is None:
@@ -141,6 +143,11 @@ def _api_key(headers: Mapping[str, str] | None) -> str | None:
         key = authorization[len(BEARER) :].strip() or None
     else:
         key = headers.get("x-api-key") or None
+    # gRPC metadata carries only printable ASCII, and every key is (rsk_<id>_<secret>):
+    # anything else is refused here as the services refuse a malformed key, as the REST
+    # bridge does (bridge/app.py), and never reaches the gRPC library or the cache.
+    if key is not None and not (key.isascii() and key.isprintable()):
+        raise calls.auth_malformed()
     return key
 
 
@@ -153,6 +160,13 @@ def _refusal(error: ReachstoreError) -> MCPError:
     """A refused ``tools/list``: a JSON-RPC error carrying the API's error body."""
     content = shapes.error_content(error)
     return MCPError(INVALID_PARAMS, shapes.error_text(content), content["error"])
+
+
+def _internal(exc: Exception) -> ReachstoreError:
+    """An unexpected failure, logged here and answered as INTERNAL: its text (the gRPC
+    library's, say, with memory addresses) is for the log, never for the caller."""
+    log.exception("MCP request failed unexpectedly", exc_info=exc)
+    return calls.internal()
 
 
 class ReachstoreMcp:
@@ -174,6 +188,8 @@ class ReachstoreMcp:
                 _, tools = await self._tools(client)
         except ReachstoreError as exc:
             raise _refusal(exc) from exc
+        except Exception as exc:
+            raise _refusal(_internal(exc)) from exc
         return ListToolsResult(tools=[t.tool for t in tools])
 
     async def call_tool(self, ctx: Any, params: CallToolRequestParams) -> CallToolResult:
@@ -185,8 +201,12 @@ class ReachstoreMcp:
                     # As for any name a server does not offer: this key is not shown it.
                     raise MCPError(INVALID_PARAMS, f"unknown tool: {params.name[:128]}")
                 return await calls.call(client, key, spec, params.arguments or {})
+        except MCPError:
+            raise
         except ReachstoreError as exc:
             return calls.refused(exc)
+        except Exception as exc:
+            return calls.refused(_internal(exc))
 
     def server(self) -> Server[Any]:
         return Server(
