@@ -87,12 +87,13 @@ def internal() -> PermanentError:
 
 
 async def call(
-    client: AsyncClient, key: ApiKey, spec: ToolSpec, arguments: Mapping[str, Any]
+    client: AsyncClient, key: ApiKey, secret: str, spec: ToolSpec, arguments: Mapping[str, Any]
 ) -> CallToolResult:
-    """Runs one tool for the caller ``key`` speaks for."""
+    """Runs one tool for the caller ``key`` speaks for; ``secret`` is that key as the
+    caller sent it (the idempotency keys' secret, keying.py)."""
     try:
         if spec.channel is not None:
-            return await _send(client, key, spec, arguments)
+            return await _send(client, key, secret, spec, arguments)
         # Every tool's arguments pass here (or through _send's check), so every integer
         # argument is an int from here on.
         arguments = catalogue.check_arguments(spec.tool.input_schema, arguments)
@@ -205,7 +206,7 @@ async def _earlier_task(
 
 
 async def _send(
-    client: AsyncClient, key: ApiKey, spec: ToolSpec, arguments: Mapping[str, Any]
+    client: AsyncClient, key: ApiKey, secret: str, spec: ToolSpec, arguments: Mapping[str, Any]
 ) -> CallToolResult:
     channel = spec.channel
     assert channel is not None
@@ -217,7 +218,7 @@ async def _send(
     if "action_type" not in args and channel.action_types:
         args["action_type"] = channel.action_types[0]
     current, previous = keying.keys_for(
-        key.tenant, key.key_id, spec.name, args, dt.datetime.now(dt.UTC)
+        secret, key.tenant, key.key_id, spec.name, args, dt.datetime.now(dt.UTC)
     )
     task = None
     if previous is not None:

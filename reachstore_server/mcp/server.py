@@ -17,6 +17,7 @@ import asyncio
 import collections
 import contextlib
 import logging
+import os
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -51,13 +52,17 @@ INSTRUCTIONS = (
 MAX_CLIENTS = 64
 # An API key travels in either header, as at the REST bridge.
 BEARER = "bearer "
+# The variable the SDK reads its key from, as cli_mcp.py documents.
+KEY_VARIABLE = "REACHSTORE_API_KEY"
 
 
 class _Entry:
-    """A cached client and how many calls are using it right now."""
+    """A cached client, the key it speaks with ("" for the keyless local caller: see
+    keying.py) and how many calls are using it right now."""
 
-    def __init__(self, client: AsyncClient) -> None:
+    def __init__(self, client: AsyncClient, secret: str) -> None:
         self.client = client
+        self.secret = secret
         self.in_flight = 0
         self.evicted = False
 
@@ -81,6 +86,9 @@ class Connections:
         self._timeout = timeout
         self._per_request = per_request
         self._clients: collections.OrderedDict[str | None, _Entry] = collections.OrderedDict()
+        # Over stdio the SDK speaks with the key in the environment (reachstore/_config.py);
+        # the same key is the secret of the idempotency keys (keying.py).
+        self._own_key = "" if per_request else os.environ.get(KEY_VARIABLE, "")
         self._closing: set[asyncio.Task[None]] = set()
 
     def _new(self, api_key: str | None) -> AsyncClient:
@@ -102,15 +110,17 @@ class Connections:
         closing.add_done_callback(self._closing.discard)
 
     @contextlib.asynccontextmanager
-    async def client(self, headers: Mapping[str, str] | None) -> AsyncIterator[AsyncClient]:
-        """The client for the request's key, kept open until the caller is done with it.
+    async def client(self, headers: Mapping[str, str] | None) -> AsyncIterator[_Entry]:
+        """The client for the request's key (with the key), kept open until the caller is
+        done with it.
 
         Raises ``AuthError`` (AUTH_MALFORMED) for a key that is not printable ASCII."""
         api_key = _api_key(headers) if self._per_request else None
         entry = self._clients.get(api_key)
         if entry is None:
             entry = self._clients[api_key] = _Entry(
-                self._new(api_key if api_key is not None else "")
+                self._new(api_key if api_key is not None else ""),
+                (api_key or "") if self._per_request else self._own_key,
             )
             while len(self._clients) > MAX_CLIENTS:
                 _, old = self._clients.popitem(last=False)
@@ -121,7 +131,7 @@ class Connections:
             self._clients.move_to_end(api_key)
         entry.in_flight += 1
         try:
-            yield entry.client
+            yield entry
         finally:
             entry.in_flight -= 1
             if entry.evicted and entry.in_flight == 0:
@@ -184,8 +194,8 @@ class ReachstoreMcp:
 
     async def list_tools(self, ctx: Any, params: PaginatedRequestParams | None) -> ListToolsResult:
         try:
-            async with self.connections.client(_headers(ctx)) as client:
-                _, tools = await self._tools(client)
+            async with self.connections.client(_headers(ctx)) as caller:
+                _, tools = await self._tools(caller.client)
         except ReachstoreError as exc:
             raise _refusal(exc) from exc
         except Exception as exc:
@@ -194,13 +204,15 @@ class ReachstoreMcp:
 
     async def call_tool(self, ctx: Any, params: CallToolRequestParams) -> CallToolResult:
         try:
-            async with self.connections.client(_headers(ctx)) as client:
-                key, tools = await self._tools(client)
+            async with self.connections.client(_headers(ctx)) as caller:
+                key, tools = await self._tools(caller.client)
                 spec = next((t for t in tools if t.name == params.name), None)
                 if spec is None:
                     # As for any name a server does not offer: this key is not shown it.
                     raise MCPError(INVALID_PARAMS, f"unknown tool: {params.name[:128]}")
-                return await calls.call(client, key, spec, params.arguments or {})
+                return await calls.call(
+                    caller.client, key, caller.secret, spec, params.arguments or {}
+                )
         except MCPError:
             raise
         except ReachstoreError as exc:
