@@ -21,10 +21,12 @@ from mcp_types import CallToolResult, TextContent
 from reachstore import (
     ApiKey,
     AsyncClient,
+    AuthError,
     DocumentInput,
     Failure,
     InvalidArgumentError,
     NotFoundError,
+    PermanentError,
     ReachstoreError,
     ReachTask,
 )
@@ -55,29 +57,46 @@ def _category_word(category: int) -> str:
     return pf_pb2.Category.Name(category).removeprefix("CATEGORY_").lower()
 
 
-def invalid_argument(field: str, rule: str) -> InvalidArgumentError:
-    """The catalogue's INVALID_ARGUMENT, as the services answer a bad field."""
-    spec = errors.INVALID_ARGUMENT
-    return InvalidArgumentError(
-        Failure(
-            category=_category_word(spec.category),
-            error_code=spec.code,
-            message=f"{field}: {rule}",
-            retryable=False,
-            retry_after_ms=None,
-            structured_data={"field": field, "rule": rule},
-        )
+def _failure(spec: errors.ErrorSpec, message: str, data: dict[str, Any]) -> Failure:
+    """A failure with the catalogue's code and category (common/errors.py), as the
+    services would answer it."""
+    return Failure(
+        category=_category_word(spec.category),
+        error_code=spec.code,
+        message=message,
+        retryable=False,
+        retry_after_ms=None,
+        structured_data=data,
     )
 
 
+def invalid_argument(field: str, rule: str) -> InvalidArgumentError:
+    """The catalogue's INVALID_ARGUMENT, as the services answer a bad field."""
+    spec = errors.INVALID_ARGUMENT
+    return InvalidArgumentError(_failure(spec, f"{field}: {rule}", {"field": field, "rule": rule}))
+
+
+def auth_malformed() -> AuthError:
+    """AUTH_MALFORMED, as the services answer a credential that is not a key."""
+    return AuthError(_failure(errors.AUTH_MALFORMED, errors.AUTH_MALFORMED.description, {}))
+
+
+def internal() -> PermanentError:
+    """INTERNAL, with the catalogue's text only."""
+    return PermanentError(_failure(errors.INTERNAL, errors.INTERNAL.description, {}))
+
+
 async def call(
-    client: AsyncClient, key: ApiKey, spec: ToolSpec, arguments: Mapping[str, Any]
+    client: AsyncClient, key: ApiKey, secret: str, spec: ToolSpec, arguments: Mapping[str, Any]
 ) -> CallToolResult:
-    """Runs one tool for the caller ``key`` speaks for."""
+    """Runs one tool for the caller ``key`` speaks for; ``secret`` is that key as the
+    caller sent it (the idempotency keys' secret, keying.py)."""
     try:
         if spec.channel is not None:
-            return await _send(client, key, spec, arguments)
-        catalogue.check_arguments(spec.tool.input_schema, arguments)
+            return await _send(client, key, secret, spec, arguments)
+        # Every tool's arguments pass here (or through _send's check), so every integer
+        # argument is an int from here on.
+        arguments = catalogue.check_arguments(spec.tool.input_schema, arguments)
         handler = _FIXED[spec.name]
         return await handler(client, arguments)
     except ArgumentError as exc:
@@ -187,7 +206,7 @@ async def _earlier_task(
 
 
 async def _send(
-    client: AsyncClient, key: ApiKey, spec: ToolSpec, arguments: Mapping[str, Any]
+    client: AsyncClient, key: ApiKey, secret: str, spec: ToolSpec, arguments: Mapping[str, Any]
 ) -> CallToolResult:
     channel = spec.channel
     assert channel is not None
@@ -195,12 +214,11 @@ async def _send(
     # field, with the rules in CEL beside it); the arguments around it are checked here.
     outer = dict(spec.tool.input_schema)
     outer["properties"] = {**outer["properties"], "params": {"type": "object"}}
-    catalogue.check_arguments(outer, arguments)
-    args = dict(arguments)
+    args = catalogue.check_arguments(outer, arguments)
     if "action_type" not in args and channel.action_types:
         args["action_type"] = channel.action_types[0]
     current, previous = keying.keys_for(
-        key.tenant, key.key_id, spec.name, args, dt.datetime.now(dt.UTC)
+        secret, key.tenant, key.key_id, spec.name, args, dt.datetime.now(dt.UTC)
     )
     task = None
     if previous is not None:

@@ -393,12 +393,31 @@ def _field(path: Iterable[Any]) -> str:
     return out
 
 
-def check_arguments(schema: Mapping[str, Any], arguments: Mapping[str, Any]) -> None:
-    """Raises ``ArgumentError`` naming the first argument that breaks ``schema``."""
+def _integers(schema: Mapping[str, Any], value: Any) -> Any:
+    """``value`` with every number its ``schema`` types ``integer`` as an ``int``.
+
+    JSON Schema counts ``5.0`` as an integer, so it passes ``check_arguments``; the
+    services' fields are int64, and a float there is not an API error but a crash. A
+    non-integral float never gets here: the schema refuses it, naming the field."""
+    if schema.get("type") == "integer" and isinstance(value, float):
+        return int(value)
+    if isinstance(value, dict) and "properties" in schema:
+        known = schema["properties"]
+        return {k: _integers(known[k], v) if k in known else v for k, v in value.items()}
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        return [_integers(schema["items"], v) for v in value]
+    return value
+
+
+def check_arguments(schema: Mapping[str, Any], arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """``arguments`` as the tools use them (integers as ``int``, see ``_integers``).
+
+    Raises ``ArgumentError`` naming the first argument that breaks ``schema``."""
     validator = jsonschema.Draft202012Validator(schema)
     error = jsonschema.exceptions.best_match(validator.iter_errors(dict(arguments)))
     if error is None:
-        return
+        result: dict[str, Any] = _integers(schema, dict(arguments))
+        return result
     path = list(error.absolute_path)
     if error.validator == "required":
         missing = next((n for n in error.validator_value if n not in error.instance), None)

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
-from collections.abc import Mapping
+import os
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from mcp.server.lowlevel import Server
@@ -50,12 +52,31 @@ INSTRUCTIONS = (
 MAX_CLIENTS = 64
 # An API key travels in either header, as at the REST bridge.
 BEARER = "bearer "
+# The variable the SDK reads its key from, as cli_mcp.py documents.
+KEY_VARIABLE = "REACHSTORE_API_KEY"
+
+
+class _Entry:
+    """A cached client, the key it speaks with ("" for the keyless local caller: see
+    keying.py) and how many calls are using it right now."""
+
+    def __init__(self, client: AsyncClient, secret: str) -> None:
+        self.client = client
+        self.secret = secret
+        self.in_flight = 0
+        self.evicted = False
 
 
 class Connections:
     """The SDK client each caller is served with: one for the process's own key (stdio),
-    or one per API key seen over HTTP, the least recently used closed past
-    ``MAX_CLIENTS``."""
+    or one per API key seen over HTTP, the least recently used dropped past
+    ``MAX_CLIENTS``.
+
+    A key is cached before the services have checked it (checking it takes a client), so
+    anyone can push others out of the cache with made-up keys. Eviction therefore only
+    drops the entry: the client is closed once its last call in flight ends, never under
+    one. Reference counting is the smallest change that makes that hold for every caller,
+    authenticated or not, while keeping one channel set per key."""
 
     def __init__(
         self, targets: Mapping[str, str], tls: Tls | None, timeout: float, per_request: bool
@@ -64,7 +85,10 @@ class Connections:
         self._tls = tls
         self._timeout = timeout
         self._per_request = per_request
-        self._clients: collections.OrderedDict[str | None, AsyncClient] = collections.OrderedDict()
+        self._clients: collections.OrderedDict[str | None, _Entry] = collections.OrderedDict()
+        # Over stdio the SDK speaks with the key in the environment (reachstore/_config.py);
+        # the same key is the secret of the idempotency keys (keying.py).
+        self._own_key = "" if per_request else os.environ.get(KEY_VARIABLE, "")
         self._closing: set[asyncio.Task[None]] = set()
 
     def _new(self, api_key: str | None) -> AsyncClient:
@@ -80,24 +104,43 @@ class Connections:
             tls=self._tls if self._tls is not None else False,
         )
 
-    def client(self, headers: Mapping[str, str] | None) -> AsyncClient:
+    def _close_later(self, entry: _Entry) -> None:
+        closing = asyncio.get_running_loop().create_task(entry.client.close())
+        self._closing.add(closing)
+        closing.add_done_callback(self._closing.discard)
+
+    @contextlib.asynccontextmanager
+    async def client(self, headers: Mapping[str, str] | None) -> AsyncIterator[_Entry]:
+        """The client for the request's key (with the key), kept open until the caller is
+        done with it.
+
+        Raises ``AuthError`` (AUTH_MALFORMED) for a key that is not printable ASCII."""
         api_key = _api_key(headers) if self._per_request else None
-        found = self._clients.get(api_key)
-        if found is None:
-            found = self._clients[api_key] = self._new(api_key if api_key is not None else "")
+        entry = self._clients.get(api_key)
+        if entry is None:
+            entry = self._clients[api_key] = _Entry(
+                self._new(api_key if api_key is not None else ""),
+                (api_key or "") if self._per_request else self._own_key,
+            )
             while len(self._clients) > MAX_CLIENTS:
                 _, old = self._clients.popitem(last=False)
-                closing = asyncio.get_running_loop().create_task(old.close())
-                self._closing.add(closing)
-                closing.add_done_callback(self._closing.discard)
+                old.evicted = True
+                if old.in_flight == 0:
+                    self._close_later(old)
         else:
             self._clients.move_to_end(api_key)
-        return found
+        entry.in_flight += 1
+        try:
+            yield entry
+        finally:
+            entry.in_flight -= 1
+            if entry.evicted and entry.in_flight == 0:
+                self._close_later(entry)
 
     async def close(self) -> None:
-        clients, self._clients = list(self._clients.values()), collections.OrderedDict()
-        for client in clients:
-            await client.close()
+        entries, self._clients = list(self._clients.values()), collections.OrderedDict()
+        for entry in entries:
+            await entry.client.close()
         if self._closing:
             await asyncio.gather(*self._closing, return_exceptions=True)
 
@@ -107,8 +150,15 @@ def _api_key(headers: Mapping[str, str] | None) -> str | None:
         return None
     authorization = headers.get("authorization", "")
     if authorization[: len(BEARER)].lower() == BEARER:
-        return authorization[len(BEARER) :].strip() or None
-    return headers.get("x-api-key") or None
+        key = authorization[len(BEARER) :].strip() or None
+    else:
+        key = headers.get("x-api-key") or None
+    # gRPC metadata carries only printable ASCII, and every key is (rsk_<id>_<secret>):
+    # anything else is refused here as the services refuse a malformed key, as the REST
+    # bridge does (bridge/app.py), and never reaches the gRPC library or the cache.
+    if key is not None and not (key.isascii() and key.isprintable()):
+        raise calls.auth_malformed()
+    return key
 
 
 def _headers(ctx: Any) -> Mapping[str, str] | None:
@@ -120,6 +170,13 @@ def _refusal(error: ReachstoreError) -> MCPError:
     """A refused ``tools/list``: a JSON-RPC error carrying the API's error body."""
     content = shapes.error_content(error)
     return MCPError(INVALID_PARAMS, shapes.error_text(content), content["error"])
+
+
+def _internal(exc: Exception) -> ReachstoreError:
+    """An unexpected failure, logged here and answered as INTERNAL: its text (the gRPC
+    library's, say, with memory addresses) is for the log, never for the caller."""
+    log.exception("MCP request failed unexpectedly", exc_info=exc)
+    return calls.internal()
 
 
 class ReachstoreMcp:
@@ -137,22 +194,31 @@ class ReachstoreMcp:
 
     async def list_tools(self, ctx: Any, params: PaginatedRequestParams | None) -> ListToolsResult:
         try:
-            _, tools = await self._tools(self.connections.client(_headers(ctx)))
+            async with self.connections.client(_headers(ctx)) as caller:
+                _, tools = await self._tools(caller.client)
         except ReachstoreError as exc:
             raise _refusal(exc) from exc
+        except Exception as exc:
+            raise _refusal(_internal(exc)) from exc
         return ListToolsResult(tools=[t.tool for t in tools])
 
     async def call_tool(self, ctx: Any, params: CallToolRequestParams) -> CallToolResult:
-        client = self.connections.client(_headers(ctx))
         try:
-            key, tools = await self._tools(client)
+            async with self.connections.client(_headers(ctx)) as caller:
+                key, tools = await self._tools(caller.client)
+                spec = next((t for t in tools if t.name == params.name), None)
+                if spec is None:
+                    # As for any name a server does not offer: this key is not shown it.
+                    raise MCPError(INVALID_PARAMS, f"unknown tool: {params.name[:128]}")
+                return await calls.call(
+                    caller.client, key, caller.secret, spec, params.arguments or {}
+                )
+        except MCPError:
+            raise
         except ReachstoreError as exc:
             return calls.refused(exc)
-        spec = next((t for t in tools if t.name == params.name), None)
-        if spec is None:
-            # As for any name a server does not offer: this key is not shown that tool.
-            raise MCPError(INVALID_PARAMS, f"unknown tool: {params.name[:128]}")
-        return await calls.call(client, key, spec, params.arguments or {})
+        except Exception as exc:
+            return calls.refused(_internal(exc))
 
     def server(self) -> Server[Any]:
         return Server(

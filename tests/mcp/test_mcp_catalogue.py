@@ -99,10 +99,13 @@ def test_an_argument_outside_the_schema_is_named(arguments: dict[str, object], f
     assert refused.value.field == field
 
 
+SECRET = "rsk_0123456789abcdef_" + "s" * 32
+
+
 def test_the_derived_key_depends_on_the_intent_and_the_day_only() -> None:
     noon = dt.datetime(2026, 5, 17, 12, 0, tzinfo=UTC)
     args = {"entity_id": "o-1", "action_type": "open", "params": {"b": 1, "a": 2}}
-    key, previous = keying.keys_for("acme", "k1", "send_desk", args, noon)
+    key, previous = keying.keys_for(SECRET, "acme", "k1", "send_desk", args, noon)
     assert previous is None and key.startswith("mcp-")
     reordered = {
         "params": {"a": 2, "b": 1},
@@ -110,22 +113,25 @@ def test_the_derived_key_depends_on_the_intent_and_the_day_only() -> None:
         "action_type": "open",
         "entity_id": "o-1",
     }
-    assert keying.keys_for("acme", "k1", "send_desk", reordered, noon)[0] == key
-    assert keying.keys_for("acme", "k2", "send_desk", args, noon)[0] != key
-    assert keying.keys_for("acme", "k1", "send_desk", {**args, "entity_id": "o-2"}, noon)[0] != key
+    assert keying.keys_for(SECRET, "acme", "k1", "send_desk", reordered, noon)[0] == key
+    assert keying.keys_for(SECRET, "acme", "k2", "send_desk", args, noon)[0] != key
+    other_entity = {**args, "entity_id": "o-2"}
+    assert keying.keys_for(SECRET, "acme", "k1", "send_desk", other_entity, noon)[0] != key
     tomorrow = noon + dt.timedelta(days=1)
-    assert keying.keys_for("acme", "k1", "send_desk", args, tomorrow)[0] != key
+    assert keying.keys_for(SECRET, "acme", "k1", "send_desk", args, tomorrow)[0] != key
+    # Keyed by the caller's secret: without it, no one else can compute the key.
+    assert keying.keys_for("other", "acme", "k1", "send_desk", args, noon)[0] != key
 
 
 def test_just_after_midnight_the_previous_days_key_is_looked_up() -> None:
     args = {"entity_id": "o-1", "action_type": "open", "params": {}}
     before = dt.datetime(2026, 5, 17, 23, 59, 59, tzinfo=UTC)
     after = before + dt.timedelta(seconds=2)
-    first, _ = keying.keys_for("acme", "k1", "send_desk", args, before)
-    current, previous = keying.keys_for("acme", "k1", "send_desk", args, after)
+    first, _ = keying.keys_for(SECRET, "acme", "k1", "send_desk", args, before)
+    current, previous = keying.keys_for(SECRET, "acme", "k1", "send_desk", args, after)
     assert current != first and previous == first
     later = after + keying.LOOKBACK
-    assert keying.keys_for("acme", "k1", "send_desk", args, later)[1] is None
+    assert keying.keys_for(SECRET, "acme", "k1", "send_desk", args, later)[1] is None
 
 
 def test_the_coverage_line_names_what_is_missing_and_when_to_retry() -> None:
