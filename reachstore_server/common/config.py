@@ -169,6 +169,23 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
         "has waited longer than this many seconds, so a backlog stops growing instead of "
         "delaying every later document further.",
     ),
+    "REACHSTORE_QUERY_ADVERTISE": (
+        "",
+        "Query service: host:port the other query processes reach this one at. Set, the "
+        "process joins the query members in the shared database and holds only the "
+        "namespaces placed on it, forwarding the others' searches to their owners "
+        "(docs/SHARDS.md). Empty (the default): it holds every namespace.",
+    ),
+    "REACHSTORE_QUERY_REPLICAS": (
+        "2",
+        "Query processes that hold each namespace when namespaces are sharded (at most the "
+        "members there are). At least 1.",
+    ),
+    "REACHSTORE_QUERY_MEMBER_LEASE_S": (
+        "5",
+        "Seconds a query member stays placed without renewing its heartbeat (it renews "
+        "five times per lease); a member that died leaves the placement after this long.",
+    ),
     "REACHSTORE_FAULT_NAMESPACE_DELAY_MS": (
         "",
         "Fault injection for tests and drills: `ns=ms,ns2=ms` delays every search of those "
@@ -420,6 +437,9 @@ class Settings:
     insecure: bool = False
     also_listen: tuple[str, ...] = ()
     admission: AdmissionLimits = AdmissionLimits()
+    query_advertise: str = ""
+    query_replicas: int = 2
+    query_member_lease_s: float = 5.0
 
     @classmethod
     def from_env(
@@ -491,6 +511,11 @@ class Settings:
             http_allowed_origins=_origins(env),
             tls=tls,
             insecure=insecure,
+            query_advertise=_address(env, "REACHSTORE_QUERY_ADVERTISE")
+            if env.get("REACHSTORE_QUERY_ADVERTISE")
+            else "",
+            query_replicas=_int(env, "REACHSTORE_QUERY_REPLICAS", 1),
+            query_member_lease_s=_seconds(env, "REACHSTORE_QUERY_MEMBER_LEASE_S"),
             admission=AdmissionLimits(
                 concurrency=_int(env, "REACHSTORE_ADMIT_CONCURRENCY", 1),
                 max_wait_s=_int(env, "REACHSTORE_ADMIT_WAIT_MS", 0) / 1000,

@@ -316,6 +316,16 @@ INDEX_REBUILDING = _entry(
     "The namespace's index is being rebuilt from the store; retry after the advised wait.",
     retry_after_ms=2000,
 )
+SHARD_UNAVAILABLE = _entry(
+    "SHARD_UNAVAILABLE",
+    _T,
+    _S.UNAVAILABLE,
+    "No query process that holds the namespace answered (they are all down or restarting); "
+    "retry after the advised wait, by when the namespace is placed on the live ones. "
+    "structured_data names the reason (shard_unavailable) and the owners tried "
+    "(docs/SHARDS.md).",
+    retry_after_ms=2000,
+)
 INCOMPLETE_RESULT = _entry(
     "INCOMPLETE_RESULT",
     _T,

@@ -100,6 +100,10 @@ class CallAudit(Protocol):
         """Starts the record of an audited call; None for a call that is not audited."""
 
 
+# (request, call metadata) -> whether the call is a verified forward of another member's.
+ForwardedCheck = Callable[[Any, Sequence[tuple[str, str | bytes]]], bool]
+
+
 @dataclasses.dataclass(frozen=True)
 class Guards:
     """What stands in front of every handler: authentication, call rates, admission (the
@@ -113,6 +117,10 @@ class Guards:
     admission: Admission | None = None
     # The methods ``admission`` bounds, and whether each is a read or a write.
     admitted: Mapping[str, Admitted] = dataclasses.field(default_factory=dict)
+    # Whether a call is one another member of the deployment forwarded, signed, after it
+    # charged and audited the caller's call itself (reachstore_server/query/shards/): such a
+    # call is authenticated and admitted, but neither charged nor audited again.
+    forwarded: ForwardedCheck | None = None
 
 
 def _wrap_unary(
@@ -139,11 +147,12 @@ def _wrap_unary(
         scope = ""
         ticket: Ticket | None = None
         try:
+            forwarded = guards.forwarded is not None and guards.forwarded(request, metadata)
             if authenticator is not None and authenticator.guards(method):
                 who = authenticator.authenticate(method, metadata)
                 scope = authenticator.scope_of(method)
                 # The keyless local caller (development mode) is not rate limited.
-                if guards.limiter is not None and who.key_id:
+                if guards.limiter is not None and who.key_id and not forwarded:
                     await _check_rate(guards.limiter, who, scope)
                 token = identity.set_caller(who)
             if (
@@ -154,7 +163,7 @@ def _wrap_unary(
                 # After the caller's own limits (429 is about the caller, this is about the
                 # service), before the audit and the work: a refused call changed nothing.
                 ticket = await admission.enter(method, admitted.kind, context.time_remaining())
-            if who is not None and guards.audit is not None:
+            if who is not None and guards.audit is not None and not forwarded:
                 audited = guards.audit.begin(method, scope, request, who, metadata)
             if undecodable is not None:
                 raise undecodable.error
@@ -387,6 +396,7 @@ def create_server(
     also_listen: Sequence[str] = (),
     metrics: RpcMetrics | None = None,
     admission: AdmissionLimits = DEFAULT_LIMITS,
+    forwarded: ForwardedCheck | None = None,
 ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
     """Builds a server with our services, health and reflection, bound to ``address``.
 
@@ -402,7 +412,13 @@ def create_server(
     # and every log line in it carry the span's trace id.
     names = list(service_names)
     guards = Guards(
-        authenticator, limiter, audit, metrics, Admission(admission), _admitted_methods(names)
+        authenticator,
+        limiter,
+        audit,
+        metrics,
+        Admission(admission),
+        _admitted_methods(names),
+        forwarded,
     )
     interceptors = [*otel.server_interceptors(), TraceInterceptor(), _CallGuard(guards)]
     server = grpc.aio.server(interceptors=interceptors, options=GRPC_OPTIONS)

@@ -10,7 +10,13 @@ from typing import Any
 
 from reachstore_server.common.admission import DEFAULT_LIMITS, AdmissionLimits
 from reachstore_server.common.auth import Authenticator
-from reachstore_server.common.grpc_server import CallAudit, Registrar, create_server, mark_serving
+from reachstore_server.common.grpc_server import (
+    CallAudit,
+    ForwardedCheck,
+    Registrar,
+    create_server,
+    mark_serving,
+)
 from reachstore_server.common.limits import RequestLimiter
 from reachstore_server.common.rpc_metrics import RpcMetrics
 from reachstore_server.common.supervised import watch_supervisor
@@ -37,6 +43,7 @@ async def serve(
     also_listen: Sequence[str] = (),
     metrics: RpcMetrics | None = None,
     admission: AdmissionLimits = DEFAULT_LIMITS,
+    forwarded: ForwardedCheck | None = None,
 ) -> None:
     """Serves until a stop signal, then stops gracefully: no new calls, ``before_stop``
     (background work winds down), ``on_stop``. ``background`` coroutines (the audit
@@ -52,6 +59,7 @@ async def serve(
         also_listen,
         metrics,
         admission,
+        forwarded,
     )
     await server.start()
     tasks = [asyncio.create_task(work()) for work in background]

@@ -77,6 +77,8 @@ class IndexManager:
         self._dir.mkdir(parents=True, exist_ok=True)
         self._rebuild_delay_s = rebuild_delay_ms / 1000
         self._slots: dict[int, Slot] = {}
+        # The same slots by (tenant, name), for the shard router's "do I have it ready?".
+        self._named: dict[tuple[str, str], Slot] = {}
         self._slots_lock = threading.Lock()
 
     # --- loading ------------------------------------------------------------------------
@@ -92,6 +94,7 @@ class IndexManager:
                 return slot
             slot = Slot(tenant, info.id, info.name, info.dimension)
             self._slots[info.id] = slot
+            self._named[(tenant, info.name)] = slot
         threading.Thread(
             target=self._load, args=(slot,), name=f"load-{info.id}", daemon=True
         ).start()
@@ -108,6 +111,27 @@ class IndexManager:
         """Starts loading every namespace of the store (at service start)."""
         for tenant, info in self._store.all_namespaces():
             self.slot(tenant, info)
+
+    def loaded_ids(self) -> list[int]:
+        """The namespaces this replica has a slot for (loading or ready)."""
+        with self._slots_lock:
+            return list(self._slots)
+
+    def ready_named(self, tenant: str, name: str) -> bool:
+        """Whether this replica has the namespace's index ready to search."""
+        slot = self._named.get((tenant, name))
+        return slot is not None and slot.ready.is_set()
+
+    def drop(self, namespace_id: int) -> None:
+        """Forgets a namespace's index (its snapshot file stays, for a later return)."""
+        with self._slots_lock:
+            self._forget(namespace_id)
+
+    def _forget(self, namespace_id: int) -> None:
+        """Lock held."""
+        slot = self._slots.pop(namespace_id, None)
+        if slot is not None and self._named.get((slot.tenant, slot.name)) is slot:
+            del self._named[(slot.tenant, slot.name)]
 
     def _load(self, slot: Slot) -> None:
         path = self._path(slot.namespace_id)
@@ -129,7 +153,7 @@ class IndexManager:
         except Exception:  # noqa: BLE001 - keep the slot answering "rebuilding", retry later
             log.exception("namespace %s: loading the index failed", slot.name)
             with self._slots_lock:
-                self._slots.pop(slot.namespace_id, None)
+                self._forget(slot.namespace_id)
 
     def _rebuild(self, slot: Slot) -> None:
         slot.state = "rebuilding"
@@ -226,7 +250,7 @@ class IndexManager:
         for slot in slots:
             if live_namespace_ids is not None and slot.namespace_id not in live_namespace_ids:
                 with self._slots_lock:
-                    self._slots.pop(slot.namespace_id, None)
+                    self._forget(slot.namespace_id)
                 self._path(slot.namespace_id).unlink(missing_ok=True)
                 continue
             if not slot.dirty or slot.index is None:

@@ -7,6 +7,8 @@ import concurrent.futures
 import logging
 import os
 
+from sqlalchemy import Engine
+
 # One math thread per worker thread: with default BLAS/OpenMP threading, concurrent
 # queries on 2 cores fell from ~300 to ~115 QPS (bench/README of the shared corpus).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -25,8 +27,13 @@ from reachstore_server.query.api.servicer import QueryServicer  # noqa: E402
 from reachstore_server.query.index import configure_threads  # noqa: E402
 from reachstore_server.query.indexes import IndexManager  # noqa: E402
 from reachstore_server.query.metrics import QueryMetrics  # noqa: E402
+from reachstore_server.query.shards.membership import Membership  # noqa: E402
+from reachstore_server.query.shards.metrics import ShardGauges  # noqa: E402
+from reachstore_server.query.shards.ownership import Ownership  # noqa: E402
+from reachstore_server.query.shards.router import Router  # noqa: E402
 from reachstore_server.storage.engine import make_engine, make_sessions  # noqa: E402
 from reachstore_server.storage.keys import authenticator_for  # noqa: E402
+from reachstore_server.storage.query_members import MemberTable  # noqa: E402
 from reachstore_server.storage.rate_buckets import fleet_limiter  # noqa: E402
 from reachstore_server.storage.repository import SemanticStore  # noqa: E402
 from reachstore_server.storage.schema import refuse_unless_at_head  # noqa: E402
@@ -53,13 +60,36 @@ async def _snapshot_loop(indexes: IndexManager, store: SemanticStore) -> None:
             log.exception("writing index snapshots failed")
 
 
-async def _follow_loop(indexes: IndexManager, store: SemanticStore) -> None:
+async def _follow_loop(
+    indexes: IndexManager, store: SemanticStore, ownership: Ownership | None
+) -> None:
+    def follow() -> None:
+        namespaces = store.all_namespaces()
+        # Sharded, a member follows (and loads) only what is placed on it.
+        indexes.follow(namespaces if ownership is None else ownership.rebalance(namespaces))
+
     while True:
         await asyncio.sleep(FOLLOW_INTERVAL_SECONDS)
         try:
-            await asyncio.to_thread(lambda: indexes.follow(store.all_namespaces()))
+            await asyncio.to_thread(follow)
         except Exception:  # noqa: BLE001 - retried on the next tick; queries catch up anyway
             log.exception("following the store's changes failed")
+
+
+def _sharding(
+    settings: Settings, engine: Engine, indexes: IndexManager
+) -> tuple[Router, Ownership] | None:
+    """The member this process is when namespaces are sharded (docs/SHARDS.md)."""
+    if not settings.query_advertise:
+        return None
+    membership = Membership(
+        MemberTable(make_sessions(engine)),
+        settings.query_advertise,
+        settings.query_replicas,
+        settings.query_member_lease_s,
+    )
+    membership.start()  # registered as warming: no traffic is placed on it yet
+    return Router(membership, settings.tls), Ownership(indexes, membership)
 
 
 async def _run(settings: Settings) -> None:
@@ -68,12 +98,17 @@ async def _run(settings: Settings) -> None:
     configure_threads()
     embedder = default_embedder(settings.embed_threads, side_by_side=True)
     indexes = IndexManager(store, settings.data_dir / "indexes", settings.fault_rebuild_delay_ms)
-    indexes.warm()
+    sharding = _sharding(settings, engine, indexes)
+    router, ownership = sharding if sharding is not None else (None, None)
+    if ownership is None:
+        indexes.warm()
     limiter = fleet_limiter(settings.limits, make_sessions(engine))
     auditor, shipping, _ = auditing(make_sessions(engine), settings, ["query"])
     metrics = QueryMetrics()
     # The outbox is the deployment's, in the shared store: this process shows all of it.
     metrics.registry.register(OutboxGauges(make_sessions(engine)))
+    if router is not None:
+        metrics.registry.register(ShardGauges(router, lambda: len(indexes.loaded_ids())))
     if settings.metrics_listen:
         metrics.serve(settings.metrics_listen, settings.http_allowed_hosts, settings.tls)
     pool = concurrent.futures.ThreadPoolExecutor(SEARCH_THREADS, thread_name_prefix="search")
@@ -88,13 +123,25 @@ async def _run(settings: Settings) -> None:
         fault_delay_ms=settings.fault_namespace_delay_ms,
         metrics=metrics,
         limiter=limiter,
+        router=router,
     )
     snapshots = asyncio.create_task(_snapshot_loop(indexes, store))
-    following = asyncio.create_task(_follow_loop(indexes, store))
+    following = asyncio.create_task(_follow_loop(indexes, store, ownership))
+    warming = None
+    if ownership is not None:
+        # Serves (routing to the owners) while it loads what it will own; it takes
+        # traffic for those namespaces only once they are loaded.
+        warming = asyncio.create_task(
+            asyncio.to_thread(lambda: ownership.warm(store.all_namespaces()))
+        )
 
     def on_stop() -> None:
         snapshots.cancel()
         following.cancel()
+        if warming is not None:
+            warming.cancel()
+        if router is not None:
+            router.membership.stop()  # the others re-place its namespaces at once
         indexes.write_snapshots()
         pool.shutdown(wait=False, cancel_futures=True)
         engine.dispose()
@@ -116,6 +163,7 @@ async def _run(settings: Settings) -> None:
         also_listen=settings.also_listen,
         metrics=RpcMetrics(metrics.registries.own),
         admission=settings.admission,
+        forwarded=router.is_forwarded if router is not None else None,
         authenticator=authenticator_for(
             make_sessions(engine),
             [query_service_pb2.DESCRIPTOR.services_by_name["QueryService"]],

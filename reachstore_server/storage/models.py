@@ -178,3 +178,23 @@ class RateBucketRow(Base):
     tokens: Mapped[float] = mapped_column(Float)
     stamp: Mapped[float] = mapped_column(Float)  # epoch seconds of the last refill
     version: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class QueryMemberRow(Base):
+    """A query process that holds namespace shards (``reachstore_server/query/shards/``):
+    where others reach it, whether it takes traffic yet, and when it last said it was alive
+    (by the database's clock). A row whose heartbeat is older than the lease is a member
+    that died; any member deletes it."""
+
+    __tablename__ = "query_members"
+
+    member_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    # host:port of its gRPC server, as the other members dial it.
+    address: Mapped[str] = mapped_column(String(255))
+    # "warming" while it loads the indexes it will own, then "serving".
+    state: Mapped[str] = mapped_column(String(16))
+    # Signs the queries it forwards to other members (membership.py), so only a member
+    # can ask another to search without routing and without charging the caller again.
+    hop_secret: Mapped[str] = mapped_column(String(64))
+    started_at: Mapped[float] = mapped_column(Float)
+    heartbeat_at: Mapped[float] = mapped_column(Float)

@@ -19,6 +19,8 @@ from reachstore_server.common.identity import caller
 from reachstore_server.common.timefmt import rfc3339
 from reachstore_server.query.coverage import KEEP_MINUTES, MINUTE_S, CoverageLog
 from reachstore_server.query.indexes import IndexManager
+from reachstore_server.query.shards.placement import shard_key
+from reachstore_server.query.shards.router import Router
 from reachstore_server.storage.repository import SemanticStore
 
 MIN_WINDOW_S = 60
@@ -32,6 +34,7 @@ class NamespaceHealthCalls:
     _store: SemanticStore
     _indexes: IndexManager
     coverage: CoverageLog
+    _router: Router | None
 
     async def ListNamespaceHealth(
         self, request: pb.ListNamespaceHealthRequest, context: grpc.aio.ServicerContext
@@ -63,6 +66,15 @@ class NamespaceHealthCalls:
                 missing=seen.missing,
                 coverage_ratio=seen.ratio,
             )
+            if self._router is not None:
+                view = self._router.membership.view
+                key = shard_key(who.tenant, info.name)
+                entry.owners.extend(m.member_id for m in view.route_owners(key))
+                entry.warming_owners.extend(
+                    m.member_id
+                    for m in view.members
+                    if m.state == "warming" and view.would_hold(m.member_id, key)
+                )
             for category, code, count in seen.by_reason[:MAX_REASONS]:
                 entry.missing_by.add(category=category, error_code=code, count=count)
             if seen.last_missing_at:

@@ -34,6 +34,9 @@ from reachstore_server.query.fanout import FanOut
 from reachstore_server.query.index import CancelToken, Hit, SearchCancelled, merge_hits
 from reachstore_server.query.indexes import IndexManager, Slot
 from reachstore_server.query.metrics import QueryMetrics
+from reachstore_server.query.shards.placement import shard_key
+from reachstore_server.query.shards.router import Router, forwarded_metadata
+from reachstore_server.storage.query_members import Member
 from reachstore_server.storage.repository import DocumentInfo, NamespaceInfo, SemanticStore
 
 log = logging.getLogger(__name__)
@@ -99,6 +102,7 @@ class QueryServicer(NamespaceHealthCalls, pb_grpc.QueryServiceServicer):
         metrics: QueryMetrics | None = None,
         limiter: RequestLimiter | None = None,
         coverage: CoverageLog | None = None,
+        router: Router | None = None,
     ) -> None:
         self._store = store
         self._indexes = indexes
@@ -111,6 +115,9 @@ class QueryServicer(NamespaceHealthCalls, pb_grpc.QueryServiceServicer):
         self.metrics = metrics or QueryMetrics()
         self._limiter = limiter
         self.coverage = coverage or CoverageLog()
+        # Set when namespaces are sharded over several query processes (docs/SHARDS.md).
+        self._router = router
+        self._rotation = 0
         # Queries under way in this process (on the event loop: no lock). One alone spreads
         # its namespaces over two threads (fanout.py).
         self._in_flight = 0
@@ -181,14 +188,18 @@ class QueryServicer(NamespaceHealthCalls, pb_grpc.QueryServiceServicer):
         loop = asyncio.get_running_loop()
         if requested == ["*"]:
             requested = await loop.run_in_executor(self._pool, self._expand_star, who)
+        remote = self._placed_elsewhere(request, context, who.tenant, requested)
+        local = [name for name in requested if name not in remote]
         shared = _Shared()
-        tokens = {name: CancelToken() for name in requested}
+        tokens = {name: CancelToken() for name in local}
 
         def prelude() -> None:
             # The two reads every query needs, done by the thread that then runs the
             # searches: which namespaces exist (with their change seq, for read-your-
             # writes) and the question's vector. Each namespace's budget starts after them.
-            heads = self._store.namespace_heads(who.tenant, requested)
+            if not local:  # every namespace is searched by other members
+                return
+            heads = self._store.namespace_heads(who.tenant, local)
             # A namespace outside the key's grants reads exactly like one that does not exist.
             shared.heads = {n: h for n, h in heads.items() if who.may_use(n)}
             shared.plan = _Plan(
@@ -202,23 +213,72 @@ class QueryServicer(NamespaceHealthCalls, pb_grpc.QueryServiceServicer):
 
         jobs = {
             name: functools.partial(self._namespace_job, shared, who.tenant, name, tokens[name])
-            for name in requested
+            for name in local
         }
+        elsewhere = None
+        if remote:
+            assert self._router is not None
+            elsewhere = asyncio.ensure_future(
+                self._router.search(
+                    request,
+                    remote,
+                    forwarded_metadata(context.invocation_metadata() or ()),
+                    time.monotonic() + budget_ms / 1000,
+                )
+            )
         self._in_flight += 1
         fanout = FanOut(self._pool, jobs, prelude=prelude, spread=self._in_flight == 1)
         try:
-            finished = await fanout.results(budget_ms / 1000, PREPARE_ALLOWANCE_S)
+            finished: dict[str, list[Hit] | pf_pb2.PartialFailure | BaseException] = dict(
+                await fanout.results(budget_ms / 1000, PREPARE_ALLOWANCE_S)
+            )
+            if elsewhere is not None:
+                finished.update(await elsewhere)
         finally:
             self._in_flight -= 1
             fanout.close()
+            if elsewhere is not None:
+                elsewhere.cancel()
         if fanout.prelude_error is not None:
             raise fanout.prelude_error
         outcomes = {
-            name: self._outcome(name, outcome, tokens[name], budget_ms)
+            name: self._outcome(name, outcome, tokens.get(name) or CancelToken(), budget_ms)
             for name, outcome in finished.items()
         }
         self._count_coverage(who.tenant, shared.heads, outcomes)
         return self._respond(request, requested, outcomes, top_k)
+
+    def _placed_elsewhere(
+        self,
+        request: pb.QueryRequest,
+        context: grpc.aio.ServicerContext,
+        tenant: str,
+        requested: list[str],
+    ) -> dict[str, list[Member]]:
+        """The namespaces other members search for this query, each with the owners to
+        ask, best first (docs/SHARDS.md). Empty when namespaces are not sharded, and for a
+        search another member forwarded (it was routed once already)."""
+        router = self._router
+        if router is None or router.is_forwarded(request, context.invocation_metadata() or ()):
+            return {}
+        view = router.membership.view
+        me = view.me
+        self._rotation += 1
+        remote: dict[str, list[Member]] = {}
+        for name in requested:
+            owners = view.route_owners(shard_key(tenant, name))
+            if not owners:
+                continue  # no member serves yet: this one answers as an unsharded replica
+            others = [m for m in owners if m.member_id != me]
+            if len(others) < len(owners) and (
+                not others or self._indexes.ready_named(tenant, name)
+            ):
+                continue  # this member owns it and can answer now
+            # Spread the namespace's searches over its owners; the others stay behind
+            # as the ones tried when the first does not answer.
+            turn = self._rotation % len(others)
+            remote[name] = others[turn:] + others[:turn]
+        return remote
 
     def _count_coverage(
         self,

@@ -159,7 +159,7 @@ class MissingCount(_message.Message):
     def __init__(self, category: _Optional[_Union[_partial_failure_pb2.Category, str]] = ..., error_code: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
 
 class NamespaceHealth(_message.Message):
-    __slots__ = ("name", "document_count", "chunk_count", "index_state", "queries", "missing", "coverage_ratio", "missing_by", "last_missing_at")
+    __slots__ = ("name", "document_count", "chunk_count", "index_state", "queries", "missing", "coverage_ratio", "missing_by", "last_missing_at", "owners", "warming_owners")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DOCUMENT_COUNT_FIELD_NUMBER: _ClassVar[int]
     CHUNK_COUNT_FIELD_NUMBER: _ClassVar[int]
@@ -169,6 +169,8 @@ class NamespaceHealth(_message.Message):
     COVERAGE_RATIO_FIELD_NUMBER: _ClassVar[int]
     MISSING_BY_FIELD_NUMBER: _ClassVar[int]
     LAST_MISSING_AT_FIELD_NUMBER: _ClassVar[int]
+    OWNERS_FIELD_NUMBER: _ClassVar[int]
+    WARMING_OWNERS_FIELD_NUMBER: _ClassVar[int]
     name: str
     document_count: int
     chunk_count: int
@@ -178,7 +180,9 @@ class NamespaceHealth(_message.Message):
     coverage_ratio: float
     missing_by: _containers.RepeatedCompositeFieldContainer[MissingCount]
     last_missing_at: str
-    def __init__(self, name: _Optional[str] = ..., document_count: _Optional[int] = ..., chunk_count: _Optional[int] = ..., index_state: _Optional[str] = ..., queries: _Optional[int] = ..., missing: _Optional[int] = ..., coverage_ratio: _Optional[float] = ..., missing_by: _Optional[_Iterable[_Union[MissingCount, _Mapping]]] = ..., last_missing_at: _Optional[str] = ...) -> None: ...
+    owners: _containers.RepeatedScalarFieldContainer[str]
+    warming_owners: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., document_count: _Optional[int] = ..., chunk_count: _Optional[int] = ..., index_state: _Optional[str] = ..., queries: _Optional[int] = ..., missing: _Optional[int] = ..., coverage_ratio: _Optional[float] = ..., missing_by: _Optional[_Iterable[_Union[MissingCount, _Mapping]]] = ..., last_missing_at: _Optional[str] = ..., owners: _Optional[_Iterable[str]] = ..., warming_owners: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ListNamespaceHealthResponse(_message.Message):
     __slots__ = ("namespaces", "next_page_token", "window_s", "replica", "partial_failures")

@@ -219,13 +219,17 @@ async function loadNamespaces(section) {
   section.append(h("table", { class: "grid" },
     h("caption", { class: "visually-hidden" }, "Namespaces and their coverage"),
     h("thead", {}, h("tr", {},
-      ["Namespace", "Documents", "Chunks", "Index", "Answers", "Missing", "Coverage", "Why missing", "Last missing"]
+      ["Namespace", "Documents", "Chunks", "Index", "Held by", "Answers", "Missing", "Coverage", "Why missing", "Last missing"]
         .map((t) => h("th", { scope: "col" }, t)))),
     h("tbody", {}, all.map((n) => h("tr", { "data-namespace": n.name, class: n.missing > 0 ? "partial" : "" },
       h("th", { scope: "row" }, n.name),
       h("td", { class: "num" }, n.document_count),
       h("td", { class: "num" }, n.chunk_count),
       h("td", {}, n.index_state.replace("_", " ")),
+      // Sharded query tier (docs/SHARDS.md): who answers for it, and who it is moving to.
+      h("td", { class: "owners" }, [
+        (n.owners || []).join(", ") || "every replica",
+        ...(n.warming_owners || []).map((m) => h("div", { class: "moving" }, `moving to ${m}`))]),
       h("td", { class: "num" }, n.queries),
       h("td", { class: "num" }, n.missing),
       h("td", { class: "num" }, Number(n.queries) ? pct(n.coverage_ratio) : "not queried"),

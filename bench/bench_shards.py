@@ -1,0 +1,193 @@
+"""Memory of a sharded query tier (docs/SHARDS.md): RSS and PSS of each query process with
+1, 2 and 4 members holding the shared corpus, against one unsharded process holding all of
+it, measured in the same run.
+
+Run from the repository root (about 5 minutes on 2 cores, most of it the ingest):
+
+    .venv/bin/python bench/bench_shards.py [--corpus ../shared/bench/corpus-10k.jsonl]
+
+A private database (``reachstore_bench_shards_<hex>`` on ``--postgres-url``, dropped at
+the end) gets the corpus as shipped, one document per chunk, through the ingest service's
+BatchCreateDocuments. Then for each tier size the members start with
+``REACHSTORE_QUERY_ADVERTISE``, settle (every member serving, namespaces no longer placed
+on a member dropped after three leases), answer one query over every namespace, and each
+member's RSS, PSS and the namespaces it holds are read. A member's memory is its own
+interpreter, model and libraries (what the unsharded process with an empty database
+holds, measured too) plus its share of the indexes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+import uuid
+from collections import defaultdict
+from pathlib import Path
+
+import psycopg
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _memory import pss_mib, rss_mib  # noqa: E402
+
+from reachstore.ingest.v1 import ingest_service_pb2 as ingest_pb  # noqa: E402
+from reachstore.ingest.v1 import ingest_service_pb2_grpc as ingest_grpc  # noqa: E402
+from reachstore.query.v1 import query_service_pb2 as pb  # noqa: E402
+from reachstore.query.v1 import query_service_pb2_grpc as pb_grpc  # noqa: E402
+from tests.e2e.processes import ServiceProcess  # noqa: E402
+
+LEASE_S = 2
+BATCH = 100
+
+
+def _ingest(corpus: Path, env: dict[str, str], work: Path) -> tuple[int, list[str]]:
+    rows = [json.loads(line) for line in corpus.read_text().splitlines() if line.strip()]
+    by_ns: dict[str, list[dict[str, str]]] = defaultdict(list)
+    for row in rows:
+        by_ns[row["namespace"]].append(row)
+    ingest = ServiceProcess(
+        "reachstore_server.ingest.main",
+        "reachstore.ingest.v1.IngestService",
+        work,
+        "ingest",
+        {**env, "REACHSTORE_DATA_DIR": str(work / "ingest")},
+    ).start()
+    try:
+        stub = ingest_grpc.IngestServiceStub(ingest.channel)
+        tasks: list[str] = []
+        for name, docs in by_ns.items():
+            stub.CreateNamespace(ingest_pb.CreateNamespaceRequest(name=name), timeout=30)
+            for start in range(0, len(docs), BATCH):
+                reply = stub.BatchCreateDocuments(
+                    ingest_pb.BatchCreateDocumentsRequest(
+                        namespace=name,
+                        documents=[
+                            ingest_pb.DocumentInput(document_id=d["id"], text=d["text"])
+                            for d in docs[start : start + BATCH]
+                        ],
+                        on_duplicate=ingest_pb.ON_DUPLICATE_OVERWRITE,
+                    ),
+                    timeout=60,
+                )
+                tasks.extend(r.task.task_id for r in reply.results if r.task.task_id)
+        started = time.monotonic()
+        for task_id in tasks:
+            while True:
+                state = stub.GetTask(
+                    ingest_pb.GetTaskRequest(task_id=task_id, wait_ms=5000), timeout=30
+                ).task.state
+                if state in (ingest_pb.TASK_STATE_COMPLETED, ingest_pb.TASK_STATE_FAILED):
+                    break
+        print(f"ingested {len(rows)} chunks in {time.monotonic() - started:.0f} s", flush=True)
+    finally:
+        ingest.stop()
+    return len(rows), sorted(by_ns)
+
+
+def _members(url: str, count: int) -> int:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT state FROM query_members").fetchall()
+    return sum(1 for (state,) in rows if state == "serving") if len(rows) == count else -1
+
+
+def _held(member: ServiceProcess) -> list[str]:
+    reply = pb_grpc.QueryServiceStub(member.channel).ListNamespaceHealth(
+        pb.ListNamespaceHealthRequest(page_size=100), timeout=30
+    )
+    return sorted(n.name for n in reply.namespaces if n.index_state == "ready")
+
+
+def _tier(
+    count: int, env: dict[str, str], work: Path, names: list[str], sharded: bool
+) -> list[dict[str, object]]:
+    members = []
+    for i in range(count):
+        name = f"{'member' if sharded else 'whole'}-{count}-{i}"
+        extra = {"REACHSTORE_DATA_DIR": str(work / name)}
+        member = ServiceProcess(
+            "reachstore_server.query.main",
+            "reachstore.query.v1.QueryService",
+            work,
+            name,
+            {**env, **extra},
+        )
+        if sharded:
+            member._env["REACHSTORE_QUERY_ADVERTISE"] = member.address
+        members.append(member.start(timeout=300))
+    try:
+        url = env["REACHSTORE_DATABASE_URL"].replace("postgresql+psycopg://", "postgresql://")
+        deadline = time.monotonic() + 600
+        while sharded and _members(url, count) != count:
+            assert time.monotonic() < deadline, "members did not settle"
+            time.sleep(0.5)
+        if sharded:
+            time.sleep(LEASE_S * 4)  # drops happen three leases after a namespace moves
+        for member in members if names else []:
+            reply = pb_grpc.QueryServiceStub(member.channel).Query(
+                pb.QueryRequest(namespaces=names, query="list files in a directory", top_k=10),
+                timeout=120,
+            )
+            assert reply.meta.coverage_ratio == 1.0, reply.meta
+        out = []
+        for member in members:
+            assert member.process is not None
+            pid = member.process.pid
+            out.append(
+                {
+                    "member": member.name,
+                    "rss_mib": round(rss_mib(pid), 1),
+                    "pss_mib": round(pss_mib(pid), 1),
+                    "holds": _held(member),
+                }
+            )
+        return out
+    finally:
+        for member in members:
+            member.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--corpus", type=Path, default=ROOT.parent / "shared/bench/corpus-10k.jsonl"
+    )
+    parser.add_argument("--postgres-url", default="postgresql://postgres@127.0.0.1:5432/test")
+    parser.add_argument("--sizes", default="1,2,4")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    db = f"reachstore_bench_shards_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(args.postgres_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{db}"')
+    base = args.postgres_url.rsplit("/", 1)[0]
+    env = {
+        "REACHSTORE_DATABASE_URL": f"{base.replace('postgresql://', 'postgresql+psycopg://')}/{db}",
+        "REACHSTORE_PII_SECRET": "bench-shards-pii-secret",
+        "REACHSTORE_QUERY_MEMBER_LEASE_S": str(LEASE_S),
+        "REACHSTORE_LOG_LEVEL": "WARNING",
+    }
+    report: dict[str, object] = {}
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench-shards-") as tmp:
+            work = Path(tmp)
+            # The process alone: interpreter, model and libraries, no index.
+            report["empty_process"] = _tier(1, env, work, [], sharded=False)
+            chunks, names = _ingest(args.corpus, env, work)
+            report["chunks"] = chunks
+            report["unsharded"] = _tier(1, env, work, names, sharded=False)
+            for size in (int(s) for s in args.sizes.split(",")):
+                report[f"sharded_{size}"] = _tier(size, env, work, names, sharded=True)
+    finally:
+        with psycopg.connect(args.postgres_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+    print(json.dumps(report, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
