@@ -177,16 +177,15 @@ class Admission:
         return work / self._limits.concurrency
 
     def _refusal(self, why: str) -> errors.ReachstoreError:
+        # The wait is all a caller needs. How many calls the process serves and queues is
+        # every tenant's traffic, so it stays in the metrics and out of the refusal.
         everyone = [*self._waiting["read"], *self._waiting["write"]]
         drain_s = max(self._start_in(everyone), _MIN_RETRY_S)
         return errors.ReachstoreError(
             errors.SERVICE_OVERLOADED,
-            f"refused at once: {why}; the service is serving {len(self._served)} calls with "
-            f"{len(everyone)} waiting; retry in {drain_s:.3f} s",
+            f"refused at once: {why}; retry in {drain_s:.3f} s",
             retry_after_ms=math.ceil(round(drain_s * 1000, 3)),
             structured_data={
-                "in_flight": len(self._served),
-                "waiting": len(everyone),
                 "limit": self._limits.concurrency,
                 "drain_ms": round(drain_s * 1000, 1),
             },

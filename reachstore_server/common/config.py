@@ -25,6 +25,11 @@ from reachstore_server.common.tls import ENVIRONMENT as TLS_ENVIRONMENT
 __all__ = ["ENVIRONMENT", "INSECURE", "ConfigError", "Settings"]
 
 INSECURE = "REACHSTORE_INSECURE"
+# Admission's bounds (docs/OPERATIONS.md, "Load shedding"): past a minute a call's wait for a
+# slot is a queue that outlives its burst, which admission exists to prevent; far more slots
+# than threads to serve them is no bound at all.
+MAX_ADMIT_WAIT_MS = 60_000
+MAX_ADMIT_CONCURRENCY = 4096
 
 # name -> (default, meaning). The REACHSTORE_LIMIT_* variables are listed, with their
 # defaults, in ``limits.ENVIRONMENT``.
@@ -197,13 +202,13 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
     ),
     "REACHSTORE_ADMIT_CONCURRENCY": (
         "16",
-        "Calls each service process serves at once (long polls not counted); more wait for a "
-        'slot, reads first (docs/OPERATIONS.md, "Load shedding").',
+        "Calls each service process serves at once (long polls not counted), 1 to 4096; more "
+        'wait for a slot, reads first (docs/OPERATIONS.md, "Load shedding").',
     ),
     "REACHSTORE_ADMIT_WAIT_MS": (
         "1000",
-        "Longest a call waits for a slot (less when its deadline is nearer); a call that "
-        "cannot be served in time is refused at once with SERVICE_OVERLOADED.",
+        "Longest a call waits for a slot (less when its deadline is nearer), at most 60000; a "
+        "call that cannot be served in time is refused at once with SERVICE_OVERLOADED.",
     ),
     "REACHSTORE_INSECURE": (
         "false",
@@ -265,7 +270,7 @@ def process_name() -> str:
     return f"{socket.gethostname()[: PROCESS_NAME_CHARS - len(pid) - 1]}-{pid}"
 
 
-def _int(env: Mapping[str, str], name: str, minimum: int) -> int:
+def _int(env: Mapping[str, str], name: str, minimum: int, maximum: int | None = None) -> int:
     raw = env.get(name, ENVIRONMENT[name][0])
     try:
         value = int(raw)
@@ -273,6 +278,8 @@ def _int(env: Mapping[str, str], name: str, minimum: int) -> int:
         raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
     if value < minimum:
         raise ConfigError(f"{name} must be at least {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{name} must be at most {maximum}, got {value}")
     return value
 
 
@@ -517,7 +524,7 @@ class Settings:
             query_replicas=_int(env, "REACHSTORE_QUERY_REPLICAS", 1),
             query_member_lease_s=_seconds(env, "REACHSTORE_QUERY_MEMBER_LEASE_S"),
             admission=AdmissionLimits(
-                concurrency=_int(env, "REACHSTORE_ADMIT_CONCURRENCY", 1),
-                max_wait_s=_int(env, "REACHSTORE_ADMIT_WAIT_MS", 0) / 1000,
+                concurrency=_int(env, "REACHSTORE_ADMIT_CONCURRENCY", 1, MAX_ADMIT_CONCURRENCY),
+                max_wait_s=_int(env, "REACHSTORE_ADMIT_WAIT_MS", 0, MAX_ADMIT_WAIT_MS) / 1000,
             ),
         )

@@ -576,8 +576,8 @@ SERVICE_OVERLOADED = _entry(
     _S.UNAVAILABLE,
     "The service has more calls than it can serve before their deadlines and refused this "
     "one at once, before doing any of its work; retry after the advised wait, which is how "
-    "long its backlog takes to drain. structured_data has the calls in flight, waiting, the "
-    'limit and the mean call time (docs/OPERATIONS.md, "Load shedding").',
+    "long its backlog takes to drain. structured_data has the limit and the drain time "
+    '(docs/OPERATIONS.md, "Load shedding").',
     retry_after_ms=1000,
 )
 DATABASE_UNAVAILABLE = _entry(

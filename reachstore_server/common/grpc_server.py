@@ -147,6 +147,16 @@ def _wrap_unary(
         scope = ""
         ticket: Ticket | None = None
         try:
+            if (
+                admission is not None
+                and admitted is not None
+                and not (admitted.polls and request.wait_ms > 0)
+            ):
+                # First of all: looking up the caller's key and charging its rate are reads
+                # of the database too, and a flood of made-up keys must be shed like any
+                # other call, not cost a read each before the service asks if it has room.
+                # Before the audit and the work, so a refused call changed nothing.
+                ticket = await admission.enter(method, admitted.kind, context.time_remaining())
             forwarded = guards.forwarded is not None and guards.forwarded(request, metadata)
             if authenticator is not None and authenticator.guards(method):
                 who = authenticator.authenticate(method, metadata)
@@ -155,14 +165,6 @@ def _wrap_unary(
                 if guards.limiter is not None and who.key_id and not forwarded:
                     await _check_rate(guards.limiter, who, scope)
                 token = identity.set_caller(who)
-            if (
-                admission is not None
-                and admitted is not None
-                and not (admitted.polls and request.wait_ms > 0)
-            ):
-                # After the caller's own limits (429 is about the caller, this is about the
-                # service), before the audit and the work: a refused call changed nothing.
-                ticket = await admission.enter(method, admitted.kind, context.time_remaining())
             if who is not None and guards.audit is not None and not forwarded:
                 audited = guards.audit.begin(method, scope, request, who, metadata)
             if undecodable is not None:

@@ -21,6 +21,10 @@ def test_defaults_give_sqlite_in_the_data_dir(tmp_path) -> None:  # type: ignore
         ({"REACHSTORE_EMBED_THREADS": "two"}, "REACHSTORE_EMBED_THREADS"),
         ({"REACHSTORE_QUERY_TIMEOUT_DEFAULT_MS": "20000"}, "REACHSTORE_QUERY_TIMEOUT_DEFAULT_MS"),
         ({"REACHSTORE_FAULT_NAMESPACE_DELAY_MS": "slow"}, "REACHSTORE_FAULT_NAMESPACE_DELAY_MS"),
+        # A call held for a day waiting for a slot is a queue, not admission.
+        ({"REACHSTORE_ADMIT_WAIT_MS": "86400000"}, "REACHSTORE_ADMIT_WAIT_MS must be at most"),
+        ({"REACHSTORE_ADMIT_CONCURRENCY": "1000000"}, "REACHSTORE_ADMIT_CONCURRENCY must be at"),
+        ({"REACHSTORE_ADMIT_CONCURRENCY": "0"}, "REACHSTORE_ADMIT_CONCURRENCY must be at least"),
     ],
 )
 def test_bad_settings_fail_fast_naming_the_setting(env: dict[str, str], named: str) -> None:
