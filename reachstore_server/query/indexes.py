@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from reachstore_server.query import freed_memory
 from reachstore_server.query.index import (
     CancelToken,
     ChunkRecord,
@@ -123,9 +124,11 @@ class IndexManager:
         return slot is not None and slot.ready.is_set()
 
     def drop(self, namespace_id: int) -> None:
-        """Forgets a namespace's index (its snapshot file stays, for a later return)."""
+        """Forgets a namespace's index (its snapshot file stays, for a later return) and
+        gives its memory back to the system (reachstore_server/query/freed_memory.py)."""
         with self._slots_lock:
             self._forget(namespace_id)
+        freed_memory.give_back()
 
     def _forget(self, namespace_id: int) -> None:
         """Lock held."""
