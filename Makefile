@@ -2,6 +2,9 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
+# Test processes of the parallel pass (docs/OPERATIONS.md, "Test suite"): most end-to-end
+# tests spend their time waiting on real processes, so twice the cores keeps both busy.
+TEST_WORKERS ?= 4
 PIP    := $(VENV)/bin/pip
 
 .PHONY: up test install install-test lock wheels generate check-protos lint format docs bench bench-peers clean
@@ -53,8 +56,12 @@ up: install
 ## Install what the tests need and run the whole suite. pytest's exit 5 (no test
 ## collected) counts as a failure.
 test: install-test browser-install faults-install go-install
-	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
-	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not alone" $(PYTEST_ARGS); a=$$?; \
+	$(PY) -m pytest -m alone $(PYTEST_ARGS); b=$$?; \
+	for rc in $$a $$b; do \
+	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; \
+	  if [ $$rc -ne 0 ]; then exit $$rc; fi; \
+	done
 	$(MAKE) ts-test
 
 ## Regenerate the Python code and the bridge's descriptor set (with comments) from the protos.

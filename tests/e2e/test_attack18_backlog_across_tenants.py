@@ -24,7 +24,7 @@ from tests.e2e.conftest import ingest, wait_task
 from tests.e2e.system import RunningSystem
 from tests.e2e.test_ingest_embed_processes import children, documents
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.alone]
 
 MAX_QUEUE_S = 2
 FLOOD = 300

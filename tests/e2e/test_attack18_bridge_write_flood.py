@@ -30,7 +30,7 @@ import pytest
 from tests.e2e.conftest import ingest
 from tests.e2e.system import RunningSystem
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.alone]
 
 FLOODERS = 8
 FLOOD_S = 12.0

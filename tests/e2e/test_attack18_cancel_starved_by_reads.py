@@ -29,7 +29,7 @@ from reachstore.reach.v1 import reach_service_pb2 as pb
 from reachstore.reach.v1 import reach_service_pb2_grpc as pb_grpc
 from tests.e2e.system import RunningSystem
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.alone]
 
 READERS = 64
 FLOOD_S = 8.0

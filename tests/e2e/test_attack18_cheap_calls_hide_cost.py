@@ -30,7 +30,7 @@ from reachstore.query.v1 import query_service_pb2_grpc as pb_grpc
 from tests.e2e.conftest import ingest
 from tests.e2e.system import RunningSystem
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.alone]
 
 DELAY_MS = 300
 DEADLINE_S = 1.1

@@ -34,7 +34,7 @@ from tests.e2e.system import RunningSystem
 from tests.e2e.test_reach_crash import action_spec
 from tests.reach.peers import HttpReceiver
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.alone]
 
 POLLERS = 1000
 WAIT_MS = 30000

@@ -27,7 +27,7 @@ from reachstore.reach.v1 import reach_service_pb2 as pb
 from reachstore.reach.v1 import reach_service_pb2_grpc as pb_grpc
 from tests.e2e.system import RunningSystem
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.alone]
 
 CALLS = 64
 ROUNDS = 5

@@ -28,7 +28,7 @@ from tests.e2e.system import RunningSystem
 from tests.e2e.test_reach_crash import action_spec
 from tests.reach.peers import HttpReceiver
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.alone]
 
 ACTIONS = 14
 QUOTA_PER_S = 1.0  # sent at 70 % of it: 0.7 a second

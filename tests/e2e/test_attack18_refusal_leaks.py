@@ -16,6 +16,7 @@ from pathlib import Path
 
 import grpc
 import httpx
+import pytest
 from grpc_status import rpc_status
 
 from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
@@ -23,6 +24,9 @@ from reachstore.query.v1 import query_service_pb2 as pb
 from reachstore.query.v1 import query_service_pb2_grpc as pb_grpc
 from tests.e2e.conftest import ingest
 from tests.e2e.system import RunningSystem
+
+# Times its own burst: run with the machine to itself (the Makefile's "alone" pass).
+pytestmark = [pytest.mark.e2e, pytest.mark.alone]
 
 DELAY_MS = 400
 FILL = 48  # slow searches that keep every slot of the query service busy

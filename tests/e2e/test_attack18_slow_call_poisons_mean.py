@@ -31,7 +31,7 @@ from tests.e2e.conftest import ingest
 from tests.e2e.system import RunningSystem
 from tests.e2e.test_load_shedding import _failure
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.alone]
 
 SLOW_MS = 6000
 FAST_MS = 100

@@ -389,9 +389,10 @@ def test_tenants_see_their_own_trail_and_auditors_see_all(secured: RunningSystem
         assert forged.status_code == 403
         # Verify: one's own chain, or every chain for an auditor.
         own = acme.post("/api/v1/audit:verify", json={})
-        assert own.status_code == 200 and own.json()["ok"] and own.json()["tenants_checked"] == 1
+        assert own.status_code == 200, own.text
+        assert own.json()["ok"] and own.json()["tenants_checked"] == 1, own.text
         every = auditor.post("/api/v1/audit:verify", json={"all_tenants": True})
-        assert every.json()["ok"] and every.json()["tenants_checked"] >= 2
+        assert every.json()["ok"] and every.json()["tenants_checked"] >= 2, every.text
         assert acme.post("/api/v1/audit:verify", json={"all_tenants": True}).status_code == 403
         deadline = time.monotonic() + 15
         while not acme.get("/api/v1/audit/checkpoint").json()["checkpoint"]:
