@@ -74,19 +74,29 @@ def _ingest(corpus: Path, env: dict[str, str], work: Path) -> tuple[int, list[st
                     ),
                     timeout=60,
                 )
-                tasks.extend(r.task.task_id for r in reply.results if r.task.task_id)
+                tasks.extend(r.task_id for r in reply.results if r.task_id)
         started = time.monotonic()
         for task_id in tasks:
             while True:
                 state = stub.GetTask(
-                    ingest_pb.GetTaskRequest(task_id=task_id, wait_ms=5000), timeout=30
+                    ingest_pb.GetTaskRequest(task_id=task_id), timeout=30
                 ).task.state
                 if state in (ingest_pb.TASK_STATE_COMPLETED, ingest_pb.TASK_STATE_FAILED):
                     break
+                time.sleep(0.5)
         print(f"ingested {len(rows)} chunks in {time.monotonic() - started:.0f} s", flush=True)
     finally:
         ingest.stop()
     return len(rows), sorted(by_ns)
+
+
+def _stored(env: dict[str, str]) -> tuple[int, list[str]]:
+    """The chunks and namespaces a kept database holds."""
+    url = env["REACHSTORE_DATABASE_URL"].replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(url) as conn:
+        (chunks,) = conn.execute("SELECT count(*) FROM chunks").fetchone() or (0,)
+        names = [n for (n,) in conn.execute("SELECT name FROM namespaces ORDER BY name")]
+    return int(chunks), names
 
 
 def _members(url: str, count: int) -> int:
@@ -128,11 +138,18 @@ def _tier(
         if sharded:
             time.sleep(LEASE_S * 4)  # drops happen three leases after a namespace moves
         for member in members if names else []:
-            reply = pb_grpc.QueryServiceStub(member.channel).Query(
-                pb.QueryRequest(namespaces=names, query="list files in a directory", top_k=10),
-                timeout=120,
-            )
-            assert reply.meta.coverage_ratio == 1.0, reply.meta
+            # Until every index is loaded a namespace answers INDEX_REBUILDING (transient).
+            while True:
+                reply = pb_grpc.QueryServiceStub(member.channel).Query(
+                    pb.QueryRequest(namespaces=names, query="list files in a directory", top_k=10),
+                    timeout=120,
+                )
+                if reply.meta.coverage_ratio == 1.0:
+                    break
+                rebuilding = {f.error_code for f in reply.meta.namespaces_failed}
+                assert rebuilding == {"INDEX_REBUILDING"}, reply.meta
+                assert time.monotonic() < deadline, "indexes did not load"
+                time.sleep(1)
         out = []
         for member in members:
             assert member.process is not None
@@ -159,10 +176,15 @@ def main() -> None:
     parser.add_argument("--postgres-url", default="postgresql://postgres@127.0.0.1:5432/test")
     parser.add_argument("--sizes", default="1,2,4")
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the database, to measure it again with --reuse"
+    )
+    parser.add_argument("--reuse", help="a database kept by an earlier --keep run: no ingest")
     args = parser.parse_args()
-    db = f"reachstore_bench_shards_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(args.postgres_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{db}"')
+    db = args.reuse or f"reachstore_bench_shards_{uuid.uuid4().hex[:8]}"
+    if not args.reuse:
+        with psycopg.connect(args.postgres_url, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{db}"')
     base = args.postgres_url.rsplit("/", 1)[0]
     env = {
         "REACHSTORE_DATABASE_URL": f"{base.replace('postgresql://', 'postgresql+psycopg://')}/{db}",
@@ -176,14 +198,20 @@ def main() -> None:
             work = Path(tmp)
             # The process alone: interpreter, model and libraries, no index.
             report["empty_process"] = _tier(1, env, work, [], sharded=False)
-            chunks, names = _ingest(args.corpus, env, work)
+            if args.reuse:
+                chunks, names = _stored(env)
+            else:
+                chunks, names = _ingest(args.corpus, env, work)
             report["chunks"] = chunks
             report["unsharded"] = _tier(1, env, work, names, sharded=False)
             for size in (int(s) for s in args.sizes.split(",")):
                 report[f"sharded_{size}"] = _tier(size, env, work, names, sharded=True)
     finally:
-        with psycopg.connect(args.postgres_url, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+        if args.keep or args.reuse:
+            print(f"database kept: {db}", flush=True)
+        else:
+            with psycopg.connect(args.postgres_url, autocommit=True) as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
     print(json.dumps(report, indent=2))
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
