@@ -17,13 +17,13 @@ from pathlib import Path
 import grpc
 import httpx
 import pytest
-from grpc_status import rpc_status
 
 from reachstore.common.v1 import partial_failure_pb2 as pf_pb2
 from reachstore.query.v1 import query_service_pb2 as pb
 from reachstore.query.v1 import query_service_pb2_grpc as pb_grpc
 from tests.e2e.conftest import ingest
 from tests.e2e.system import RunningSystem
+from tests.e2e.test_load_shedding import _failure
 
 # Times its own burst: run with the machine to itself (the Makefile's "alone" pass).
 pytestmark = [pytest.mark.e2e, pytest.mark.alone]
@@ -31,16 +31,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.alone]
 DELAY_MS = 400
 FILL = 48  # slow searches that keep every slot of the query service busy
 FLOOD = 40  # calls with made-up keys sent while it is full
-
-
-def _failure(error: grpc.aio.AioRpcError) -> pf_pb2.PartialFailure | None:
-    status = rpc_status.from_call(error)
-    for detail in status.details if status is not None else ():
-        if detail.Is(pf_pb2.PartialFailure.DESCRIPTOR):
-            failure = pf_pb2.PartialFailure()
-            detail.Unpack(failure)
-            return failure
-    return None
 
 
 async def _overloaded(address: str) -> tuple[list[tuple[str, str]], list[pf_pb2.PartialFailure]]:
