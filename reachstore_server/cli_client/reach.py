@@ -217,6 +217,10 @@ def cmd_channels(args: argparse.Namespace, client: Client) -> int:
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
+# The longest period the reach service reviews (the dedupe retention's floor keeps it).
+MAX_REVIEW_S = 90 * 86400
+
+
 def duration_s(text: str) -> int:
     """``--since``: a whole number of seconds, or one with a unit (``90m``, ``12h``,
     ``7d``, ``2w``)."""
@@ -226,6 +230,9 @@ def duration_s(text: str) -> int:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a period: a whole number with s, m, h, d or w (e.g. 7d)"
         )
+    # Checked on the digits first: a number of any length must not reach the request.
+    if len(number) > 10 or int(number) * _UNITS[unit] > MAX_REVIEW_S:
+        raise argparse.ArgumentTypeError(f"{text!r} is too long a period: at most 90d")
     return int(number) * _UNITS[unit]
 
 

@@ -35,10 +35,6 @@ from reachstore_server.common import errors
 from reachstore_server.mcp import catalogue, keying, shapes
 from reachstore_server.mcp.catalogue import ArgumentError, ToolSpec
 
-# How many of an entity's newest tasks on a channel are searched for the previous
-# window's key (keying.LOOKBACK): a retry comes soon after its first call.
-LOOKBACK_TASKS = 20
-
 
 def _ok(content: dict[str, Any], text: Callable[[Mapping[str, Any]], str]) -> CallToolResult:
     return CallToolResult(content=[TextContent(text=text(content))], structured_content=content)
@@ -192,16 +188,19 @@ _FIXED = {
 
 
 async def _earlier_task(
-    client: AsyncClient, entity_id: str, channel: str, request_key: str
+    client: AsyncClient, entity_id: str, channel: str, request_key: str, now: dt.datetime
 ) -> ReachTask | None:
-    """The task an earlier call of the previous window reserved with ``request_key``."""
-    seen = 0
+    """The task an earlier call of the previous window reserved with ``request_key``, if
+    it was made within ``keying.LOOKBACK`` of ``now``: a retry comes soon after its first
+    call, and an older one is not the call being retried. Every task of the entity on the
+    channel in that time is searched, newest first, however many there are."""
+    since = now - keying.LOOKBACK
     async for task in client.list_reach_tasks(entity_id=entity_id, channel=channel):
+        created = dt.datetime.fromisoformat(task.created_at)
+        if created < since:
+            break
         if task.idempotency_key == request_key:
             return task
-        seen += 1
-        if seen >= LOOKBACK_TASKS:
-            break
     return None
 
 
@@ -217,12 +216,11 @@ async def _send(
     args = catalogue.check_arguments(outer, arguments)
     if "action_type" not in args and channel.action_types:
         args["action_type"] = channel.action_types[0]
-    current, previous = keying.keys_for(
-        secret, key.tenant, key.key_id, spec.name, args, dt.datetime.now(dt.UTC)
-    )
+    now = dt.datetime.now(dt.UTC)
+    current, previous = keying.keys_for(secret, key.tenant, key.key_id, spec.name, args, now)
     task = None
     if previous is not None:
-        task = await _earlier_task(client, args["entity_id"], channel.name, previous)
+        task = await _earlier_task(client, args["entity_id"], channel.name, previous, now)
     if task is not None:
         request_key, deduplicated, action_id = previous or "", True, task.actions[0].action_id
     else:

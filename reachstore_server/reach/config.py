@@ -9,6 +9,7 @@ The README's "Reach" section shows a complete file; ``examples/reach.toml`` is o
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -309,6 +310,10 @@ def _number(table: Mapping[str, Any], key: str, where: str, default: Any, kind: 
     value = table.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigError(f"{where}.{key}: must be a number")
+    # TOML has nan and inf: neither is a count, a duration or a rate, and nan slips past
+    # every range check (each comparison with it is false).
+    if not math.isfinite(value):
+        raise ConfigError(f"{where}.{key}: must be a finite number, got {value}")
     if kind is int and value != int(value):
         raise ConfigError(f"{where}.{key}: must be a whole number")
     return kind(value)
