@@ -43,10 +43,31 @@ def _ports_free(ports: list[int]) -> bool:
     return True
 
 
+def _port_range() -> tuple[int, int]:
+    """Where this test process picks ports: below the kernel's ephemeral range (there, a
+    port seen free can be taken as the local port of any outgoing connection before the
+    service binds it), and, under pytest-xdist, a slice of its own per worker, so that two
+    workers never pick the same port (docs/OPERATIONS.md, "Test suite")."""
+    start, end = 10000, 32768
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            end = max(int(f.read().split()[0]), start + 2000)
+    except (OSError, ValueError, IndexError):
+        pass
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    if worker.startswith("gw") and worker[2:].isdigit() and workers > 1:
+        span = (end - start) // workers
+        start += int(worker[2:]) % workers * span
+        end = start + span
+    return start, end
+
+
 def free_port_block(count: int) -> int:
     """The first of ``count`` consecutive free ports."""
+    start, end = _port_range()
     for _ in range(200):
-        base = random.randint(20000, 60000 - count)
+        base = random.randint(start, end - count)
         if _ports_free(list(range(base, base + count))):
             return base
     raise RuntimeError("no block of free ports found")

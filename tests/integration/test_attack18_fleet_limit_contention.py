@@ -19,8 +19,14 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from reachstore_server.storage.engine import make_engine
 from reachstore_server.storage.schema import migrate_to_head
+
+# Counts what a rate admits in wall-clock seconds: run with the machine to itself (the
+# Makefile's "alone" pass).
+pytestmark = pytest.mark.alone
 
 ROOT = Path(__file__).resolve().parents[2]
 PROCESSES = 4

@@ -8,12 +8,17 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
 import sqlalchemy
 from sqlalchemy import text
 
 from reachstore_server.common.limits import Limits, RequestLimiter
 from reachstore_server.storage.engine import make_engine, make_sessions
 from reachstore_server.storage.rate_buckets import fleet_limiter
+
+# Counts what a rate admits in wall-clock seconds: run with the machine to itself (the
+# Makefile's "alone" pass).
+pytestmark = pytest.mark.alone
 
 RATE, BURST = 20.0, 10
 LIMITS = Limits(key_query_rate=RATE, key_query_burst=BURST, tenant_query_rate=0)
