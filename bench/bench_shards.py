@@ -190,6 +190,7 @@ def main() -> None:
         "REACHSTORE_DATABASE_URL": f"{base.replace('postgresql://', 'postgresql+psycopg://')}/{db}",
         "REACHSTORE_PII_SECRET": "bench-shards-pii-secret",
         "REACHSTORE_QUERY_MEMBER_LEASE_S": str(LEASE_S),
+        "REACHSTORE_QUERY_HOP_SECRET": "bench-shards-hop-secret-32-characters",
         "REACHSTORE_LOG_LEVEL": "WARNING",
     }
     report: dict[str, object] = {}

@@ -30,6 +30,11 @@ INSECURE = "REACHSTORE_INSECURE"
 # than threads to serve them is no bound at all.
 MAX_ADMIT_WAIT_MS = 60_000
 MAX_ADMIT_CONCURRENCY = 4096
+# Query members (docs/SHARDS.md): the members table's address column holds 255 characters;
+# a heartbeat (every lease / 5) must have time for its round trip to the database.
+MAX_ADVERTISED_CHARS = 255
+MIN_MEMBER_LEASE_S = 1.0
+MIN_HOP_SECRET_CHARS = 32
 
 # name -> (default, meaning). The REACHSTORE_LIMIT_* variables are listed, with their
 # defaults, in ``limits.ENVIRONMENT``.
@@ -186,10 +191,17 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
         "Query processes that hold each namespace when namespaces are sharded (at most the "
         "members there are). At least 1.",
     ),
+    "REACHSTORE_QUERY_HOP_SECRET": (
+        "",
+        "Query members: the secret (32+ characters, the same in every member) that signs "
+        "the searches members forward to each other, which are not charged or audited a "
+        "second time. Required with REACHSTORE_QUERY_ADVERTISE; kept out of the database.",
+    ),
     "REACHSTORE_QUERY_MEMBER_LEASE_S": (
         "5",
         "Seconds a query member stays placed without renewing its heartbeat (it renews "
-        "five times per lease); a member that died leaves the placement after this long.",
+        "five times per lease), at least 1; a member that died leaves the placement after "
+        "this long.",
     ),
     "REACHSTORE_FAULT_NAMESPACE_DELAY_MS": (
         "",
@@ -307,6 +319,45 @@ def _address(env: Mapping[str, str], name: str) -> str:
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ConfigError(f"{name} must be host:port, got {raw!r}")
     return raw
+
+
+def _advertised(env: Mapping[str, str], name: str) -> str:
+    """The address other query members dial this one at (docs/SHARDS.md): a host:port a
+    peer can reach, so not a wildcard (dialled, 0.0.0.0 reaches the dialler's own host)
+    nor port 0, with no blank in the host, and short enough for the members table."""
+    raw = _address(env, name)
+    host, _, port = raw.rpartition(":")
+    if host.strip("[]") in ("0.0.0.0", "::", "") or int(port) == 0:
+        raise ConfigError(f"{name} must be an address other members can dial, got {raw!r}")
+    if any(c.isspace() for c in host) or len(raw) > MAX_ADVERTISED_CHARS:
+        raise ConfigError(
+            f"{name} must be host:port with no blanks, at most {MAX_ADVERTISED_CHARS} "
+            f"characters, got {raw[:80]!r}"
+        )
+    return raw
+
+
+def _hop_secret(env: Mapping[str, str], advertised: str) -> str:
+    """The members' shared signing secret: required once the process is a member, and
+    long enough not to be guessed (docs/SHARDS.md, "Routing")."""
+    name = "REACHSTORE_QUERY_HOP_SECRET"
+    secret = env.get(name, "")
+    if advertised and len(secret) < MIN_HOP_SECRET_CHARS:
+        raise ConfigError(
+            f"{name} must be set, at least {MIN_HOP_SECRET_CHARS} characters and the same in "
+            f"every query member, when REACHSTORE_QUERY_ADVERTISE is set (got "
+            f"{len(secret)} characters)"
+        )
+    return secret
+
+
+def _member_lease(env: Mapping[str, str], name: str) -> float:
+    """A member renews its row five times per lease; a lease shorter than a few database
+    round trips has live members delete each other's rows."""
+    lease_s = _seconds(env, name)
+    if lease_s < MIN_MEMBER_LEASE_S:
+        raise ConfigError(f"{name} must be at least {MIN_MEMBER_LEASE_S:g} s, got {lease_s:g}")
+    return lease_s
 
 
 def _addresses(env: Mapping[str, str], name: str) -> tuple[str, ...]:
@@ -447,6 +498,7 @@ class Settings:
     query_advertise: str = ""
     query_replicas: int = 2
     query_member_lease_s: float = 5.0
+    query_hop_secret: str = dataclasses.field(default="", repr=False)
 
     @classmethod
     def from_env(
@@ -518,11 +570,12 @@ class Settings:
             http_allowed_origins=_origins(env),
             tls=tls,
             insecure=insecure,
-            query_advertise=_address(env, "REACHSTORE_QUERY_ADVERTISE")
+            query_advertise=_advertised(env, "REACHSTORE_QUERY_ADVERTISE")
             if env.get("REACHSTORE_QUERY_ADVERTISE")
             else "",
             query_replicas=_int(env, "REACHSTORE_QUERY_REPLICAS", 1),
-            query_member_lease_s=_seconds(env, "REACHSTORE_QUERY_MEMBER_LEASE_S"),
+            query_member_lease_s=_member_lease(env, "REACHSTORE_QUERY_MEMBER_LEASE_S"),
+            query_hop_secret=_hop_secret(env, env.get("REACHSTORE_QUERY_ADVERTISE", "")),
             admission=AdmissionLimits(
                 concurrency=_int(env, "REACHSTORE_ADMIT_CONCURRENCY", 1, MAX_ADMIT_CONCURRENCY),
                 max_wait_s=_int(env, "REACHSTORE_ADMIT_WAIT_MS", 0, MAX_ADMIT_WAIT_MS) / 1000,

@@ -32,6 +32,13 @@ _Outcome = tuple[T | None, BaseException | None]
 DEFAULT_STEAL_AFTER_S = 0.010
 
 
+# How much longer than its budget a query waits for its namespaces in all, to cover the
+# namespace-row read and the embedding that come first (each namespace's own deadline,
+# enforced by its cancel token, starts after them). The same holds for a search forwarded
+# to another member, which reads and embeds before its namespaces' budgets start.
+PREPARE_ALLOWANCE_S = 0.5
+
+
 class FanOut(Generic[T]):
     """Starts the jobs on construction; ``results(budget)`` waits for all."""
 

@@ -123,11 +123,20 @@ class IndexManager:
         slot = self._named.get((tenant, name))
         return slot is not None and slot.ready.is_set()
 
+    def loading_named(self) -> list[tuple[str, str]]:
+        """(tenant, name) of the namespaces whose index is still loading here."""
+        with self._slots_lock:
+            return [(s.tenant, s.name) for s in self._slots.values() if not s.ready.is_set()]
+
     def drop(self, namespace_id: int) -> None:
-        """Forgets a namespace's index (its snapshot file stays, for a later return) and
-        gives its memory back to the system (reachstore_server/query/freed_memory.py)."""
+        """Forgets a namespace's index, deletes its snapshot and gives its memory back to
+        the system (reachstore_server/query/freed_memory.py). The snapshot goes too: no
+        slot here follows the namespace any more, so nothing would rewrite the file when
+        a document is deleted or delete it with the namespace, and the deleted text would
+        stay on this disk. A later return rebuilds from the store."""
         with self._slots_lock:
             self._forget(namespace_id)
+        self._path(namespace_id).unlink(missing_ok=True)
         freed_memory.give_back()
 
     def _forget(self, namespace_id: int) -> None:
@@ -246,7 +255,8 @@ class IndexManager:
     # --- snapshots ----------------------------------------------------------------------
 
     def write_snapshots(self, live_namespace_ids: set[int] | None = None) -> int:
-        """Writes every changed index to disk; forgets namespaces no longer in the store."""
+        """Writes every changed index to disk; forgets namespaces no longer in the store
+        and deletes their snapshots, held here or not."""
         written = 0
         with self._slots_lock:
             slots = list(self._slots.values())
@@ -260,6 +270,16 @@ class IndexManager:
                 continue
             with slot.lock:
                 data, slot.dirty = slot.index.snapshot(slot.seq), False
-            write_snapshot_file(self._path(slot.namespace_id), data)
+            path = self._path(slot.namespace_id)
+            write_snapshot_file(path, data)
+            with self._slots_lock:
+                dropped = self._slots.get(slot.namespace_id) is not slot
+            if dropped:  # dropped while it was written: the drop's unlink may have come first
+                path.unlink(missing_ok=True)
+                continue
             written += 1
+        if live_namespace_ids is not None:
+            for path in self._dir.glob("*.snap"):
+                if path.stem.isdigit() and int(path.stem) not in live_namespace_ids:
+                    path.unlink(missing_ok=True)  # a namespace deleted while not held here
         return written

@@ -87,6 +87,7 @@ def _sharding(
         settings.query_advertise,
         settings.query_replicas,
         settings.query_member_lease_s,
+        settings.query_hop_secret,
     )
     membership.start()  # registered as warming: no traffic is placed on it yet
     return Router(membership, settings.tls), Ownership(indexes, membership)

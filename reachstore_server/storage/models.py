@@ -193,8 +193,8 @@ class QueryMemberRow(Base):
     address: Mapped[str] = mapped_column(String(255))
     # "warming" while it loads the indexes it will own, then "serving".
     state: Mapped[str] = mapped_column(String(16))
-    # Signs the queries it forwards to other members (membership.py), so only a member
-    # can ask another to search without routing and without charging the caller again.
-    hop_secret: Mapped[str] = mapped_column(String(64))
     started_at: Mapped[float] = mapped_column(Float)
     heartbeat_at: Mapped[float] = mapped_column(Float)
+    # JSON list of the namespaces (shard keys) placed on it whose index it is still loading:
+    # the others list it as moving there, not as an owner taking searches, until it is done.
+    loading: Mapped[str] = mapped_column(Text, default="[]", server_default="[]")

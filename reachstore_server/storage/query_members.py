@@ -10,8 +10,10 @@ namespaces it held are placed on the others (``reachstore_server/query/shards/``
 from __future__ import annotations
 
 import dataclasses
+import json
+from collections.abc import Collection
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from reachstore_server.storage.clock import db_clock
@@ -23,14 +25,20 @@ class Member:
     member_id: str
     address: str
     state: str  # "warming" or "serving"
-    hop_secret: str
     started_at: float
     heartbeat_at: float
+    # Shard keys placed on it whose index it was still loading at its last heartbeat.
+    loading: frozenset[str] = frozenset()
 
 
 def _member(row: QueryMemberRow) -> Member:
     return Member(
-        row.member_id, row.address, row.state, row.hop_secret, row.started_at, row.heartbeat_at
+        row.member_id,
+        row.address,
+        row.state,
+        row.started_at,
+        row.heartbeat_at,
+        frozenset(json.loads(row.loading or "[]")),
     )
 
 
@@ -39,7 +47,12 @@ class MemberTable:
         self._sessions = sessions
 
     def heartbeat(
-        self, member_id: str, address: str, state: str, hop_secret: str, lease_s: float
+        self,
+        member_id: str,
+        address: str,
+        state: str,
+        lease_s: float,
+        loading: Collection[str] = (),
     ) -> list[Member]:
         """Registers or renews this member, deletes the members whose lease ran out, and
         returns the live ones (this one included), oldest first. One transaction."""
@@ -54,15 +67,25 @@ class MemberTable:
                         member_id=member_id,
                         address=address,
                         state=state,
-                        hop_secret=hop_secret,
+                        loading=json.dumps(sorted(loading)),
                         started_at=now,
                         heartbeat_at=now,
                     )
                 )
             else:
                 row.address, row.state, row.heartbeat_at = address, state, now
+                row.loading = json.dumps(sorted(loading))
+            # A row from the future is one written before the database's clock stepped
+            # back (an NTP step, a restored VM): its member may have died since, and judged
+            # by the clock it would stay placed until the clock caught up. A live member
+            # re-registers on its next beat, a fifth of a lease later.
             session.execute(
-                delete(QueryMemberRow).where(QueryMemberRow.heartbeat_at < now - lease_s)
+                delete(QueryMemberRow).where(
+                    or_(
+                        QueryMemberRow.heartbeat_at < now - lease_s,
+                        QueryMemberRow.heartbeat_at > now + lease_s,
+                    )
+                )
             )
             session.flush()
             rows = session.scalars(

@@ -46,6 +46,7 @@ class Tier:
             "REACHSTORE_DATABASE_URL": url,
             "REACHSTORE_PII_SECRET": "shard-tests-pii-secret",
             "REACHSTORE_QUERY_MEMBER_LEASE_S": str(LEASE_S),
+            "REACHSTORE_QUERY_HOP_SECRET": "shard-tests-hop-secret-of-32-chars!",
         }
         self.url = url.replace("postgresql+psycopg://", "postgresql://")
         self.members: dict[str, ServiceProcess] = {}

@@ -25,6 +25,15 @@ def test_defaults_give_sqlite_in_the_data_dir(tmp_path) -> None:  # type: ignore
         ({"REACHSTORE_ADMIT_WAIT_MS": "86400000"}, "REACHSTORE_ADMIT_WAIT_MS must be at most"),
         ({"REACHSTORE_ADMIT_CONCURRENCY": "1000000"}, "REACHSTORE_ADMIT_CONCURRENCY must be at"),
         ({"REACHSTORE_ADMIT_CONCURRENCY": "0"}, "REACHSTORE_ADMIT_CONCURRENCY must be at least"),
+        # A query member without the members' shared secret could not sign its forwards.
+        ({"REACHSTORE_QUERY_ADVERTISE": "10.0.3.7:50051"}, "REACHSTORE_QUERY_HOP_SECRET must be"),
+        (
+            {
+                "REACHSTORE_QUERY_ADVERTISE": "10.0.3.7:50051",
+                "REACHSTORE_QUERY_HOP_SECRET": "short",
+            },
+            "REACHSTORE_QUERY_HOP_SECRET must be",
+        ),
     ],
 )
 def test_bad_settings_fail_fast_naming_the_setting(env: dict[str, str], named: str) -> None:

@@ -69,11 +69,13 @@ class NamespaceHealthCalls:
             if self._router is not None:
                 view = self._router.membership.view
                 key = shard_key(who.tenant, info.name)
-                entry.owners.extend(m.member_id for m in view.route_owners(key))
+                placed = view.route_owners(key)
+                entry.owners.extend(m.member_id for m in placed if view.ready(m, key))
                 entry.warming_owners.extend(
                     m.member_id
                     for m in view.members
-                    if m.state == "warming" and view.would_hold(m.member_id, key)
+                    if (m.state == "warming" and view.would_hold(m.member_id, key))
+                    or (m in placed and not view.ready(m, key))
                 )
             for category, code, count in seen.by_reason[:MAX_REASONS]:
                 entry.missing_by.add(category=category, error_code=code, count=count)

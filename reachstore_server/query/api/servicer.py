@@ -30,7 +30,7 @@ from reachstore_server.common.timefmt import rfc3339
 from reachstore_server.embedding import Embedder
 from reachstore_server.query.api.namespace_health import NamespaceHealthCalls
 from reachstore_server.query.coverage import CoverageLog
-from reachstore_server.query.fanout import FanOut
+from reachstore_server.query.fanout import PREPARE_ALLOWANCE_S, FanOut
 from reachstore_server.query.index import CancelToken, Hit, SearchCancelled, merge_hits
 from reachstore_server.query.indexes import IndexManager, Slot
 from reachstore_server.query.metrics import QueryMetrics
@@ -49,10 +49,11 @@ class _Rebuilding(Exception):
     """The namespace's index did not finish loading within its share of the budget."""
 
 
-# How much longer than its budget a query waits for its namespaces in all, to cover the
-# namespace-row read and the embedding that come first (each namespace's own deadline,
-# enforced by its cancel token, starts after them).
-PREPARE_ALLOWANCE_S = 0.5
+def _exists(outcome: list[Hit] | pf_pb2.PartialFailure | None) -> bool:
+    """Whether a namespace's outcome says it exists for the caller."""
+    if isinstance(outcome, pf_pb2.PartialFailure):
+        return outcome.error_code != errors.NAMESPACE_UNAVAILABLE.code
+    return outcome is not None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +66,9 @@ class _Plan:
     metadata_filter: dict[str, str] | None
     budget_ms: int
     deadline: float  # time.monotonic() seconds
+    # A search another member forwarded does not wait for an index still loading: that
+    # member asks the namespace's other owner instead (docs/SHARDS.md).
+    waits_for_index: bool = True
 
 
 @dataclasses.dataclass
@@ -188,7 +192,10 @@ class QueryServicer(NamespaceHealthCalls, pb_grpc.QueryServiceServicer):
         loop = asyncio.get_running_loop()
         if requested == ["*"]:
             requested = await loop.run_in_executor(self._pool, self._expand_star, who)
-        remote = self._placed_elsewhere(request, context, who.tenant, requested)
+        forwarded = self._router is not None and self._router.is_forwarded(
+            request, context.invocation_metadata() or ()
+        )
+        remote = {} if forwarded else self._placed_elsewhere(who.tenant, requested)
         local = [name for name in requested if name not in remote]
         shared = _Shared()
         tokens = {name: CancelToken() for name in local}
@@ -209,6 +216,7 @@ class QueryServicer(NamespaceHealthCalls, pb_grpc.QueryServiceServicer):
                 metadata_filter=dict(request.filter) or None,
                 budget_ms=budget_ms,
                 deadline=time.monotonic() + budget_ms / 1000,
+                waits_for_index=not forwarded,
             )
 
         jobs = {
@@ -245,21 +253,19 @@ class QueryServicer(NamespaceHealthCalls, pb_grpc.QueryServiceServicer):
             name: self._outcome(name, outcome, tokens.get(name) or CancelToken(), budget_ms)
             for name, outcome in finished.items()
         }
-        self._count_coverage(who.tenant, shared.heads, outcomes)
+        # What other members searched counts as well, unless it does not exist (or is not
+        # this key's to see): a namespace missing for want of its shard is what the health
+        # view is for.
+        counted = set(shared.heads) | {name for name in remote if _exists(outcomes.get(name))}
+        self._count_coverage(who.tenant, counted, outcomes)
         return self._respond(request, requested, outcomes, top_k)
 
-    def _placed_elsewhere(
-        self,
-        request: pb.QueryRequest,
-        context: grpc.aio.ServicerContext,
-        tenant: str,
-        requested: list[str],
-    ) -> dict[str, list[Member]]:
+    def _placed_elsewhere(self, tenant: str, requested: list[str]) -> dict[str, list[Member]]:
         """The namespaces other members search for this query, each with the owners to
-        ask, best first (docs/SHARDS.md). Empty when namespaces are not sharded, and for a
-        search another member forwarded (it was routed once already)."""
+        ask, best first (docs/SHARDS.md). Empty when namespaces are not sharded. Not asked
+        for a search another member forwarded: it was routed once already."""
         router = self._router
-        if router is None or router.is_forwarded(request, context.invocation_metadata() or ()):
+        if router is None:
             return {}
         view = router.membership.view
         me = view.me
@@ -283,7 +289,7 @@ class QueryServicer(NamespaceHealthCalls, pb_grpc.QueryServiceServicer):
     def _count_coverage(
         self,
         tenant: str,
-        existing: Mapping[str, NamespaceInfo],
+        existing: set[str],
         outcomes: Mapping[str, list[Hit] | pf_pb2.PartialFailure],
     ) -> None:
         """Feeds ListNamespaceHealth: which existing namespaces answered and which did not."""
@@ -436,7 +442,8 @@ class QueryServicer(NamespaceHealthCalls, pb_grpc.QueryServiceServicer):
         if not slot.ready.is_set():
             # A loading index gets most of the budget; if it is still not there the answer
             # is "rebuilding, retry later", which tells the agent more than a timeout would.
-            if not slot.ready.wait(plan.budget_ms / 1000 * REBUILD_WAIT_SHARE):
+            waited = plan.budget_ms / 1000 * REBUILD_WAIT_SHARE if plan.waits_for_index else 0
+            if not slot.ready.wait(waited):
                 raise _Rebuilding(slot.name)
         cancel.check()
         self._indexes.catch_up(slot, head_seq, cancel)

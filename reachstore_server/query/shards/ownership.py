@@ -35,6 +35,11 @@ class Ownership:
         self._indexes = indexes
         self._membership = membership
         self._unowned_since: dict[int, float] = {}
+        membership.loading = self.loading
+
+    def loading(self) -> list[str]:
+        """The shard keys this member holds but has not loaded yet."""
+        return [shard_key(t, n) for t, n in self._indexes.loading_named()]
 
     def held(
         self, namespaces: Iterable[tuple[str, NamespaceInfo]]
