@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 READY_PREFIX = "reachstore ready: "
@@ -41,6 +42,16 @@ def _ports_free(ports: list[int]) -> bool:
             except OSError:
                 return False
     return True
+
+
+def wait_ports_free(ports: list[int], *, seconds: float) -> None:
+    """Waits for fixed ports a closing connection may still hold (TIME_WAIT does not
+    block a listener, but a live outgoing connection's local port does)."""
+    deadline = time.monotonic() + seconds
+    while not _ports_free(ports):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"ports {ports[0]}-{ports[-1]} still taken after {seconds} s")
+        time.sleep(0.5)
 
 
 def _port_range() -> tuple[int, int]:

@@ -10,7 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.system import RunningSystem
+from tests.e2e.system import RunningSystem, wait_ports_free
+
+# `reachstore up`'s default ports (50051-50060, 8420) lie in the kernel's ephemeral range,
+# where another worker's outgoing connection can hold one for a moment: this file runs in
+# the pass after the parallel one (docs/OPERATIONS.md, "Test suite").
+pytestmark = pytest.mark.alone
 
 QUESTION = "语义存储把什么放在离 Agent 更近的地方？"
 
@@ -38,6 +43,7 @@ def default_system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running
     with socket.socket() as sock:
         if sock.connect_ex(("127.0.0.1", 8420)) == 0:
             pytest.fail("port 8420 is taken: stop the local reachstore before running this test")
+    wait_ports_free([*range(50051, 50061), 8420], seconds=60)
     system = RunningSystem(tmp_path_factory.mktemp("default"), grpc_port_base=50051, http_port=8420)
     system.start()
     yield system
