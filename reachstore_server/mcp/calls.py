@@ -188,13 +188,18 @@ _FIXED = {
 
 
 async def _earlier_task(
-    client: AsyncClient, entity_id: str, channel: str, request_key: str, now: dt.datetime
+    client: AsyncClient,
+    entity_id: str,
+    channel: str,
+    request_key: str,
+    now: dt.datetime,
+    lookback: dt.timedelta,
 ) -> ReachTask | None:
     """The task an earlier call of the previous window reserved with ``request_key``, if
-    it was made within ``keying.LOOKBACK`` of ``now``: a retry comes soon after its first
-    call, and an older one is not the call being retried. Every task of the entity on the
+    it was made within ``lookback`` of ``now``: a retry comes soon after its first call,
+    and an older one is not the call being retried. Every task of the entity on the
     channel in that time is searched, newest first, however many there are."""
-    since = now - keying.LOOKBACK
+    since = now - lookback
     async for task in client.list_reach_tasks(entity_id=entity_id, channel=channel):
         created = dt.datetime.fromisoformat(task.created_at)
         if created < since:
@@ -217,10 +222,14 @@ async def _send(
     if "action_type" not in args and channel.action_types:
         args["action_type"] = channel.action_types[0]
     now = dt.datetime.now(dt.UTC)
-    current, previous = keying.keys_for(secret, key.tenant, key.key_id, spec.name, args, now)
+    window = channel.window or keying.DEFAULT_WINDOW
+    current, previous = keying.keys_for(
+        secret, key.tenant, key.key_id, spec.name, args, now, window
+    )
     task = None
-    if previous is not None:
-        task = await _earlier_task(client, args["entity_id"], channel.name, previous, now)
+    lookback = keying.lookback(window)
+    if previous is not None and lookback is not None:
+        task = await _earlier_task(client, args["entity_id"], channel.name, previous, now, lookback)
     if task is not None:
         request_key, deduplicated, action_id = previous or "", True, task.actions[0].action_id
     else:

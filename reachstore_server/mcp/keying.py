@@ -4,25 +4,30 @@ An agent that calls a tool again — because its MCP connection broke before the
 came, because the model repeated itself — must not send twice. So the key is never minted
 per call: it is an HMAC-SHA256 of who calls (tenant and key id), which tool, the canonical
 JSON of the arguments that say what to do (``entity_id``, ``action_type``, ``params``; not
-``wait_ms``, which only says how long to wait for the answer) and the UTC day. The same
-call the same day is the same task, which the reach service returns with
-``deduplicated: true`` instead of reserving a new one.
+``wait_ms``, which only says how long to wait for the answer) and the channel's window
+(reachstore_server/common/windows.py). The same call in the same window is the same task,
+which the reach service returns with ``deduplicated: true`` instead of reserving a new one.
 
 Why keyed, and with the caller's own API key as the HMAC key: everything else that goes in
 is visible to other keys of the tenant (a reach task shows its ``submitted_by``), so a
 plain hash could be computed in advance by another key, which would then reserve a decoy
-task under it and block the agent's send for the day (IDEMPOTENCY_KEY_REUSED). The
+task under it and block the agent's send for the window (IDEMPOTENCY_KEY_REUSED). The
 caller's key is known to the caller alone, and is the same after a restart of this server
 or on another replica, so retries still meet their first call. The keyless local caller
 of a development system (no keys at all, so no other key to forge with) uses the empty
 secret. docs/MCP.md says the same.
 
-Why a day: it is the reach channels' default window, so the key means what the channel's
-own key means ("this, for this entity, once a day"), and it is far longer than any retry
-after a transport error. A window boundary must not turn such a retry into a second send,
-so for the first ``LOOKBACK`` of a day the previous day's key is looked up first
-(``calls.py``): a retry within an hour of its first call finds the first call's task, even
-across midnight. docs/MCP.md says how to send the same thing twice on purpose.
+Why the channel's window: the channel's own key says "this, for this entity, once per
+window" (an hour, a day, a week, or once ever), and the tool's key must mean the same. A
+key of a longer window would answer the next hour's page on an hourly channel with the
+last hour's task, and never send it; a shorter one would only leave the channel's own key
+to find the earlier action. A window boundary must not turn a retry after a transport
+error into a second send, so for the first ``lookback(window)`` of a window the previous
+window's key is looked up first (``calls.py``): a retry that soon after its first call
+finds the first call's task across the boundary. The look-back is an hour, or a quarter of
+the window where that is shorter (15 minutes on an hourly channel), so that it stays a
+retry's allowance and does not swallow the next window's own call. docs/MCP.md says how
+to send the same thing twice on purpose.
 """
 
 from __future__ import annotations
@@ -34,8 +39,12 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-WINDOW = dt.timedelta(days=1)
-LOOKBACK = dt.timedelta(hours=1)
+from reachstore_server.common import windows
+
+MAX_LOOKBACK = dt.timedelta(hours=1)
+# A channel that does not say (a server older than ListChannels' window field) is taken
+# as the reach channels' default window.
+DEFAULT_WINDOW = "day"
 PREFIX = "mcp-"
 # The arguments of a reach tool that make up its intent.
 INTENT_ARGUMENTS = ("entity_id", "action_type", "params")
@@ -46,9 +55,11 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def window_of(at: dt.datetime) -> str:
-    """The UTC day ``at`` falls in."""
-    return at.astimezone(dt.UTC).date().isoformat()
+def lookback(window: str) -> dt.timedelta | None:
+    """How long after a window starts a call is still looked up as a retry of the
+    previous window's (None for a window that never starts anew)."""
+    length = windows.LENGTHS.get(window)
+    return None if length is None else min(MAX_LOOKBACK, length / 4)
 
 
 def derived_key(
@@ -68,12 +79,16 @@ def keys_for(
     tool: str,
     arguments: Mapping[str, Any],
     now: dt.datetime,
+    window: str = DEFAULT_WINDOW,
 ) -> tuple[str, str | None]:
-    """This window's key, and the previous window's while ``now`` is within ``LOOKBACK``
-    of the window's start (None after)."""
-    current = derived_key(secret, tenant, key_id, tool, arguments, window_of(now))
-    start = dt.datetime.combine(now.astimezone(dt.UTC).date(), dt.time(), dt.UTC)
-    if now - start >= LOOKBACK:
+    """This window's key, and the previous window's while ``now`` is within
+    ``lookback(window)`` of the window's start (None after)."""
+    window = window or DEFAULT_WINDOW
+    current = derived_key(
+        secret, tenant, key_id, tool, arguments, windows.window_bucket(now, window)
+    )
+    start, allowance = windows.window_start(now, window), lookback(window)
+    if start is None or allowance is None or now - start >= allowance:
         return current, None
-    previous = window_of(now - WINDOW)
+    previous = windows.window_bucket(start - dt.timedelta(microseconds=1), window)
     return current, derived_key(secret, tenant, key_id, tool, arguments, previous)

@@ -129,9 +129,23 @@ ACTION_SCHEMA = _obj(
 REACH_HINTS = ["poll_again", "done", "inspect_error_code", "wait_for_operator"]
 
 REACH_TOOL_OUTPUT = _obj(
-    ["task_id", "action_id", "state", "idempotency_key", "request_key", "deduplicated"],
+    [
+        "task_id",
+        "action_id",
+        "channel",
+        "state",
+        "idempotency_key",
+        "request_key",
+        "deduplicated",
+    ],
     task_id={"type": "string"},
     action_id={"type": "string"},
+    channel={
+        "type": "string",
+        "description": "The channel the action is on. An earlier action of the same type, "
+        "entity and key parameters in the window is found whichever channel it went "
+        "through, so this can differ from the tool's own channel.",
+    },
     state={"type": "string"},
     idempotency_key={
         "type": "string",
@@ -374,13 +388,15 @@ def reach_tool_content(
 ) -> dict[str, Any]:
     hint = reach_hint(task)
     receipt = action.receipts[-1] if action.receipts else None
-    again = "found the action an earlier call reserved" if deduplicated else "reserved"
+    which = f"action {action.action_id} on channel {action.channel}"
+    found = f"found {which}, reserved by an earlier call" if deduplicated else f"reserved {which}"
     failure = ""
     if action.failure is not None:
         failure = f"; {action.failure.error_code} ({action.failure.category})"
     return {
         "task_id": task.task_id,
         "action_id": action.action_id,
+        "channel": action.channel,
         "state": action.state,
         "idempotency_key": action.idempotency_key,
         "request_key": request_key,
@@ -388,7 +404,7 @@ def reach_tool_content(
         "receipt": None if receipt is None else receipt_dict(receipt),
         "failure": _failure_or_none(action.failure),
         "agent_decision_hint": hint,
-        "status_note": f"{again} action {action.action_id}: {action.state}{failure}; {hint} "
+        "status_note": f"{found}: {action.state}{failure}; {hint} "
         f"(reach_status with task_id {task.task_id})",
     }
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from reachstore_server.common import names
 from reachstore_server.common.config_errors import ConfigError
+from reachstore_server.common.windows import WINDOWS
 from reachstore_server.reach import states as st
 from reachstore_server.reach.baseline import BaselinePolicy
 from reachstore_server.reach.channels.base import Channel
@@ -26,7 +27,6 @@ from reachstore_server.reach.dedupe_archive import (
     MAX_RETENTION_DAYS,
     MIN_RETENTION_DAYS,
 )
-from reachstore_server.reach.idempotency import WINDOWS
 from reachstore_server.reach.policy.backoff import PendingPolicy, PollPolicy, RetryPolicy
 from reachstore_server.reach.policy.breaker import BreakerPolicy
 
@@ -187,7 +187,12 @@ def parse_config(data: Mapping[str, Any], source: str = "reach config") -> Reach
             raise ConfigError(
                 f"engine.alert_channels.{kind}: must name a channel declared in this file"
             )
-    return ReachConfig(channels, workers, lease_s, alert, tolerance, retention, dict(routes))
+    policy = BaselinePolicy.from_table(
+        _table(engine.get("baseline", {}), "engine.baseline"), "engine.baseline"
+    )
+    return ReachConfig(
+        channels, workers, lease_s, alert, tolerance, retention, dict(routes), policy
+    )
 
 
 def check_channels(config: ReachConfig, channels: Mapping[str, Channel]) -> None:

@@ -60,7 +60,12 @@ T = TypeVar("T")
 # submitted to this process wake it at once.
 IDLE_POLL_SECONDS = 0.2
 ALERT_SWEEP_SECONDS = 10.0
-ALERT_MAX_ATTEMPTS = 5
+# An alert is tried for about a day (2 s, 6 s, 18 s, 54 s, 162 s, then every 5 minutes)
+# before it is left undelivered, in the reach_alerts table with its last error, and logged
+# at error level. A receiver away for a deploy, or the alert channel down for a night,
+# still gets it.
+ALERT_MAX_ATTEMPTS = 290
+ALERT_RETRY_CAP_S = 300.0
 ALERT_BATCH = 50  # alerts one sweep delivers at most
 ALERT_HOLD_S = 30.0  # at least; see Executor._alert_hold_s
 ALERT_RETRY_BASE_S = 2.0  # a refused alert delivery is tried again after 2 s, 6 s, 18 s ...
@@ -842,7 +847,7 @@ class Executor:
                 continue
             message = (
                 f"channel {j.channel}: {j.signal} {j.current:.4g} over the last hour "
-                f"({j.samples} samples) is past its threshold {j.threshold:.4g} (mean "
+                f"({j.samples} samples) is past its threshold {j.threshold:.4g} (usual "
                 f"{j.mean:.4g}, deviation {j.stddev:.4g} over {j.history_days} days)"
             )
             key = f"baseline/{j.channel}/{j.signal}/{now.astimezone(dt.UTC):%Y-%m-%dT%H}"
@@ -917,13 +922,23 @@ class Executor:
             # Business failures to the business, technical ones to operations.
             channel = self._channels[self._config.alert_route(alert.failure_kind)]
             ok, error = await self._deliver_alert(channel, alert, deadline)
-            # 2 s, 6 s, 18 s, 54 s: a receiver away for a restart still gets it. Alerts are
-            # at least once: one whose delivery may have arrived is sent again all the same
-            # (with the same Idempotency-Key), since a lost alert is the silent failure
-            # alerts exist to prevent.
-            retry_in = ALERT_RETRY_BASE_S * 3 ** min(alert.delivery_attempts, 6)
+            # Alerts are at least once: one whose delivery may have arrived is sent again
+            # all the same (with the same Idempotency-Key), since a lost alert is the silent
+            # failure alerts exist to prevent.
+            retry_in = min(
+                ALERT_RETRY_BASE_S * 3 ** min(alert.delivery_attempts, 6), ALERT_RETRY_CAP_S
+            )
             if not await self._mark_alert(alert, ok, self._mask(error), retry_in):
                 return
+            if not ok and alert.delivery_attempts + 1 >= ALERT_MAX_ATTEMPTS:
+                log.error(
+                    "alert %s of tenant %s left undelivered after %s tries: %s",
+                    alert.id,
+                    alert.tenant,
+                    ALERT_MAX_ATTEMPTS,
+                    self._mask(error),
+                )
+                continue
             if not ok:  # not left to the next sweep
                 asyncio.get_running_loop().call_later(retry_in, self._wake_alerts)
 

@@ -37,8 +37,7 @@ from urllib.parse import quote, unquote
 
 from reachstore_server.common.config_errors import ConfigError
 from reachstore_server.common.pii import MIN_SECRET_BYTES
-
-WINDOWS = ("none", "hour", "day", "week")
+from reachstore_server.common.windows import window_bucket
 
 DIGEST_CHARS = 16
 ENTITY_CHARS = 32
@@ -54,27 +53,6 @@ _ENTITY = re.compile(f"{ENTITY_PREFIX}[0-9a-f]{{{ENTITY_CHARS}}}")
 _BUCKET = re.compile(r"-|\d{4}-\d\d-\d\dT\d\d|\d{4}-\d\d-\d\d|\d{4}-W\d\d", re.ASCII)
 # Marks a whitelisted path the parameters do not have: not ``null``, which is a value.
 _ABSENT = object()
-
-
-def window_bucket(at: datetime.datetime, window: str) -> str:
-    """The window ``at`` falls in, in UTC: ``-`` for "none" (the intent happens once, ever),
-    ``2026-11-30T05`` for "hour", ``2026-11-30`` for "day", ``2026-W48`` for "week" (ISO
-    weeks, whose year can differ from the calendar year around the new year). A naive
-    datetime is refused: its moment is a guess, and a guess would split or merge windows."""
-    if at.tzinfo is None or at.tzinfo.utcoffset(at) is None:
-        raise ValueError(f"a timezone-aware datetime is required, got naive {at.isoformat()}")
-    if window not in WINDOWS:
-        raise ValueError(f"window must be one of {', '.join(WINDOWS)}; got {window!r}")
-    if window == "none":
-        return "-"
-    utc = at.astimezone(datetime.UTC)
-    day = f"{utc.year:04d}-{utc.month:02d}-{utc.day:02d}"
-    if window == "hour":
-        return f"{day}T{utc.hour:02d}"
-    if window == "day":
-        return day
-    year, week, _ = utc.isocalendar()
-    return f"{year:04d}-W{week:02d}"
 
 
 def canonical_params(params: Mapping[str, Any], whitelist: Sequence[str]) -> str:
@@ -302,7 +280,8 @@ def build_key(
     window: str,
 ) -> IdempotencyKey:
     """The key of ``action_type`` on ``entity_id`` for ``tenant`` with these parameters, in
-    the ``window`` (one of ``WINDOWS``) that ``at`` falls in, made under ``secret``."""
+    the ``window`` (one of ``common.windows.WINDOWS``) that ``at`` falls in, made under
+    ``secret``."""
     return IdempotencyKey(
         tenant,
         entity_part(secret, tenant, entity_id),

@@ -724,7 +724,13 @@ class ReachStore:
             _ACTIONS.c.failure_kind,
         ).where(_ACTIONS.c.finished_at >= since)
         entered_q = (
-            select(_HISTORY.c.tenant, _ACTIONS.c.channel, _HISTORY.c.at, _HISTORY.c.to_state)
+            select(
+                _HISTORY.c.tenant,
+                _ACTIONS.c.channel,
+                _HISTORY.c.at,
+                _HISTORY.c.to_state,
+                _HISTORY.c.action_id,
+            )
             .join(_ACTIONS, _ACTIONS.c.action_id == _HISTORY.c.action_id)
             .where(_HISTORY.c.at >= since, _HISTORY.c.to_state.in_([st.SUBMITTING, st.UNKNOWN]))
         )
@@ -769,8 +775,10 @@ class ReachStore:
     def unknown_review_rows(
         self, tenant: str, since: dt.datetime, channel: str = ""
     ) -> list[unknown_review.Passed]:
-        """The tenant's actions that entered UNKNOWN since ``since``, with their state now
-        and the reasons of their history after it (``reach/unknown_review.py``)."""
+        """The tenant's actions that entered UNKNOWN since ``since``, and those still
+        waiting in UNKNOWN or for review whenever they entered it (the weekly read is for
+        them above all), with their state now and their history
+        (``reach/unknown_review.py``)."""
         with self._reads.connect() as conn:
             passed = (
                 select(_HISTORY.c.action_id)
@@ -788,7 +796,10 @@ class ReachStore:
                 _ACTIONS.c.channel,
                 _ACTIONS.c.state,
                 _ACTIONS.c.resolution_json,
-            ).where(_ACTIONS.c.tenant == tenant, _ACTIONS.c.action_id.in_(passed))
+            ).where(
+                _ACTIONS.c.tenant == tenant,
+                _ACTIONS.c.action_id.in_(passed) | _ACTIONS.c.state.in_(list(st.RESOLVABLE)),
+            )
             if channel:
                 actions = actions.where(_ACTIONS.c.channel == channel)
             rows = conn.execute(actions).all()
@@ -1279,6 +1290,23 @@ class _Batch:
             if new_state in st.TASK_FINAL and task["finished_at"] is None:
                 task["finished_at"] = now
             task["state"] = new_state
+        elif (
+            new_state == st.TASK_FAILED and row["state"] == st.FAILED != before and row["required"]
+        ):
+            # The task had failed already; a failure of another kind is news to another
+            # owner (a refused order after a technical outage is still the business's).
+            kind = row["failure_kind"] or st.TECHNICAL
+            earlier = {
+                a["failure_kind"] or st.TECHNICAL
+                for a in actions
+                if a is not row and a["required"] and a["state"] == st.FAILED
+            }
+            if kind not in earlier:
+                message = (
+                    f"task {task['task_id']} (failed already): required action "
+                    f"{row['name']!r} did not succeed either"
+                )
+                self.alerts.append((index, _alert(row, "task_failed", message, now, kind)))
         task["version"] += 1
         task["updated_at"] = now
         self.tasks[task["task_id"]] = None

@@ -251,10 +251,13 @@ def test_the_health_view_shows_channels_and_a_partially_covered_namespace(
     # Each channel shows the thresholds its alerts are raised at.
     thresholds = hook.locator('table[data-baselines="hook"]')
     expect(thresholds).to_contain_text("Alert thresholds")
-    for signal in ("failure_rate", "unknown_rate", "latency_p99_ms"):
+    signals = ("technical_failure_rate", "business_failure_rate", "unknown_rate", "latency_p99_ms")
+    for signal in signals:
         expect(thresholds.locator(f'tr[data-signal="{signal}"] td.threshold')).to_be_visible()
     # A new system has no history yet: said plainly, never an alert.
-    expect(thresholds.locator('tr[data-signal="failure_rate"]')).to_contain_text("not judged")
+    expect(thresholds.locator('tr[data-signal="technical_failure_rate"]')).to_contain_text(
+        "not judged"
+    )
     shot(page, "health")
 
 

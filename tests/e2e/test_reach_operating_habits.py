@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import insert
+from sqlalchemy import insert, text
 
 from reachstore_server.storage.engine import make_engine
 from reachstore_server.storage.reach_models import ReachActionRow, ReachHistoryRow, ReachTaskRow
@@ -61,6 +61,7 @@ max_polls = 2
         """
 [engine]
 lease_s = 5
+dedupe_retention_days = 14
 [engine.alert_channels]
 business = "biz-alerts"
 technical = "ops-alerts"
@@ -212,7 +213,7 @@ def test_a_channel_past_its_own_baseline_alerts_operations_and_shows_its_thresho
         alerts = [
             d.body
             for d in receivers["ops"].records
-            if d.body and d.body.get("kind") == "baseline_failure_rate"
+            if d.body and d.body.get("kind") == "baseline_technical_failure_rate"
         ]
         time.sleep(0.2)
     assert alerts, "no baseline alert reached operations"
@@ -225,8 +226,13 @@ def test_a_channel_past_its_own_baseline_alerts_operations_and_shows_its_thresho
     assert reply.status_code == 200, reply.text
     [channel] = reply.json()["channels"]
     judged = {b["signal"]: b for b in channel["baselines"]}
-    assert set(judged) == {"failure_rate", "unknown_rate", "latency_p99_ms"}
-    failure = judged["failure_rate"]
+    assert set(judged) == {
+        "technical_failure_rate",
+        "business_failure_rate",
+        "unknown_rate",
+        "latency_p99_ms",
+    }
+    failure = judged["technical_failure_rate"]
     assert failure["alerting"] is True and failure["current"] == pytest.approx(0.40)
     assert failure["history_days"] == 7
     assert failure["mean"] == pytest.approx(2 / 100, abs=0.005)
@@ -339,3 +345,48 @@ def test_the_weekly_unknown_review_groups_by_channel_and_settlement(
     assert "settled by operator" in text.stdout and "receiver has no such ticket" in text.stdout
     wrong = _run_cli(system, keys["operator"], "--since", "seven days")
     assert wrong.returncode == 2 and "--since" in wrong.stderr and "7d" in wrong.stderr
+
+
+def test_the_review_lists_an_action_still_open_from_before_the_period(
+    system: RunningSystem, keys: dict[str, str], receivers: dict[str, HttpReceiver]
+) -> None:
+    """An action that went UNKNOWN nine days ago and still waits for a person is exactly
+    what the weekly read is for: `--since 7d` lists it (its history is moved nine days
+    back by SQL on the database)."""
+    with _client(system, keys["agent"]) as agent:
+        receivers["plain"].script("hang:2", "hang:2", "hang:2")
+        receivers["plain"].script_status("status:404", "status:404", "status:404")
+        old = _submit(agent, "plain", "T-nine-days")
+        assert _wait_state(agent, old, {"needs_review"})["state"] == "needs_review"
+    engine = make_engine(f"sqlite:///{system.data_dir / 'reachstore.db'}")
+    try:
+        with engine.begin() as conn:
+            moved = conn.execute(
+                text("UPDATE reach_history SET at = datetime(at, '-9 days') WHERE action_id = :id"),
+                {"id": old},
+            ).rowcount
+        assert moved >= 2
+    finally:
+        engine.dispose()
+    done = _run_cli(system, keys["operator"], "--since", "7d", "--json")
+    assert done.returncode == 0, done.stderr
+    listed = {a["action_id"] for g in json.loads(done.stdout)["groups"] for a in g["actions"]}
+    assert old in listed, "an action still open since nine days ago is not in the weekly review"
+
+
+def test_a_period_longer_than_the_retention_is_refused_not_cut_short(
+    system: RunningSystem, keys: dict[str, str]
+) -> None:
+    """Settled actions leave the live tables after the dedupe retention (14 days here):
+    a review of 30 days would silently miss those of days 15 to 30."""
+    with _client(system, keys["operator"]) as operator:
+        reply = operator.get("/api/v1/reach/unknowns", params={"since_s": 30 * 86400})
+        assert reply.status_code == 400, reply.text
+        message = reply.json()["error"]["message"]
+        assert "since_s" in message and "14" in message, message
+        assert (
+            operator.get("/api/v1/reach/unknowns", params={"since_s": 14 * 86400}).status_code
+            == 200
+        )
+    refused = _run_cli(system, keys["operator"], "--since", "30d")
+    assert refused.returncode != 0 and "retention" in refused.stderr, refused.stderr

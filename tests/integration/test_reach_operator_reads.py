@@ -83,4 +83,6 @@ def test_the_review_finds_actions_that_went_through_unknown_and_how_they_ended(
     assert groups[("lookup", "succeeded")].entries[0].settled_at is not None
     assert store.unknown_review_rows("t2", since) == []
     assert store.unknown_review_rows("t1", since, channel="other") == []
-    assert store.unknown_review_rows("t1", dt.datetime.now(dt.UTC) + dt.timedelta(minutes=1)) == []
+    # A period after both: the settled one is out, the one still open stays listed.
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=1)
+    assert [r.action_id for r in store.unknown_review_rows("t1", later)] == [ids["k-open"]]

@@ -17,36 +17,8 @@ import pytest
 from reachstore import Client as Sdk
 from tests.e2e.system import RunningSystem
 from tests.e2e.test_auth import make_key
-from tests.mcp.mcp_support import SLOW_MS, mcp_command
+from tests.mcp.mcp_support import mcp_command, start_system
 from tests.reach.peers import HttpReceiver
-
-
-def _reach_config(receiver: HttpReceiver) -> str:
-    def hook(name: str, extra: str = "") -> str:
-        return f"""
-[channels.{name}]
-kind = "webhook"
-description = "{name}: opens a ticket in the test desk"
-side_effect = "Opens a ticket in the help desk, visible to its agents."
-action_types = ["open"]
-idempotency_params = ["ticket"]
-{extra}
-[channels.{name}.webhook]
-url = "{receiver.url}"
-idempotency_header = true
-read_timeout_s = 2
-[channels.{name}.retry]
-base_s = 0.05
-cap_s = 0.2
-max_retries = 2
-"""
-
-    schema = (
-        'parameters = { type = "object", required = ["ticket"], additionalProperties = false, '
-        'properties = { ticket = { type = "string", maxLength = 40 }, '
-        'note = { type = "string" } } }'
-    )
-    return "[engine]\nlease_s = 10\n" + hook("hook", schema) + hook("desk", schema)
 
 
 @pytest.fixture(scope="module")
@@ -62,20 +34,7 @@ def receiver() -> Iterator[HttpReceiver]:
 def system(
     tmp_path_factory: pytest.TempPathFactory, receiver: HttpReceiver
 ) -> Iterator[RunningSystem]:
-    folder = tmp_path_factory.mktemp("mcp")
-    config = folder / "reach.toml"
-    config.write_text(_reach_config(receiver))
-    env = {
-        "REACHSTORE_REQUIRE_KEYS": "true",
-        "REACHSTORE_REACH_CONFIG": str(config),
-        "REACHSTORE_FAULT_NAMESPACE_DELAY_MS": f"slow={SLOW_MS}",
-        "REACHSTORE_LIMIT_KEY_WRITE_RATE": "0",
-        "REACHSTORE_LIMIT_TENANT_WRITE_RATE": "0",
-        "REACHSTORE_LIMIT_KEY_QUERY_RATE": "0",
-        "REACHSTORE_LIMIT_TENANT_QUERY_RATE": "0",
-    }
-    running = RunningSystem(folder / "data", env)
-    running.start()
+    running = start_system(tmp_path_factory.mktemp("mcp"), receiver)
     yield running
     assert running.stop() == 0, "".join(running.output[-40:])
 

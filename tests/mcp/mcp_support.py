@@ -16,6 +16,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.e2e.system import RunningSystem
+from tests.reach.peers import HttpReceiver
 
 # The slow namespace answers after this long: a 300 ms budget misses it, 4 s does not.
 SLOW_MS = 1500
@@ -61,3 +62,57 @@ def write_profile(folder: Path, text: str) -> Path:
     path = folder / "profile.toml"
     path.write_text(text)
     return path
+
+
+def reach_config(receiver: HttpReceiver, hourly: tuple[str, ...] = ()) -> str:
+    """Channels `hook` and `desk` (window a day), and ``hourly`` ones (window an hour),
+    all opening tickets at ``receiver``."""
+
+    def hook(name: str, extra: str = "") -> str:
+        return f"""
+[channels.{name}]
+kind = "webhook"
+description = "{name}: opens a ticket in the test desk"
+side_effect = "Opens a ticket in the help desk, visible to its agents."
+action_types = ["open"]
+idempotency_params = ["ticket"]
+{extra}
+[channels.{name}.webhook]
+url = "{receiver.url}"
+idempotency_header = true
+read_timeout_s = 2
+[channels.{name}.retry]
+base_s = 0.05
+cap_s = 0.2
+max_retries = 2
+"""
+
+    schema = (
+        'parameters = { type = "object", required = ["ticket"], additionalProperties = false, '
+        'properties = { ticket = { type = "string", maxLength = 40 }, '
+        'note = { type = "string" } } }'
+    )
+    channels = [hook("hook", schema), hook("desk", schema)]
+    channels += [hook(name, schema + '\nwindow = "hour"') for name in hourly]
+    return "[engine]\nlease_s = 10\n" + "".join(channels)
+
+
+def start_system(
+    folder: Path, receiver: HttpReceiver, hourly: tuple[str, ...] = ()
+) -> RunningSystem:
+    """`reachstore up --require-keys` with ``reach_config``'s channels, the `slow`
+    namespace slowed by the fault setting, and no call rate limits."""
+    config = folder / "reach.toml"
+    config.write_text(reach_config(receiver, hourly))
+    env = {
+        "REACHSTORE_REQUIRE_KEYS": "true",
+        "REACHSTORE_REACH_CONFIG": str(config),
+        "REACHSTORE_FAULT_NAMESPACE_DELAY_MS": f"slow={SLOW_MS}",
+        "REACHSTORE_LIMIT_KEY_WRITE_RATE": "0",
+        "REACHSTORE_LIMIT_TENANT_WRITE_RATE": "0",
+        "REACHSTORE_LIMIT_KEY_QUERY_RATE": "0",
+        "REACHSTORE_LIMIT_TENANT_QUERY_RATE": "0",
+    }
+    running = RunningSystem(folder / "data", env)
+    running.start()
+    return running

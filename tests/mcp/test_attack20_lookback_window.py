@@ -25,89 +25,18 @@ which is exactly what the rows would hold had it been made then.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
-import os
-import sqlite3
-import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp import Client, StdioServerParameters
 
 from tests.e2e.system import RunningSystem
+from tests.mcp.clocked import as_if_made_at, clocked, send_at, today_at, wait_deliveries
 from tests.reach.peers import HttpReceiver
 
 pytestmark = pytest.mark.e2e
-
-LAUNCHER = Path(__file__).with_name("attack20_clock.py")
-
-
-@contextlib.asynccontextmanager
-async def _clocked(system: RunningSystem, key: str, clock: Path) -> AsyncIterator[Client]:
-    """`reachstore mcp` over stdio, its reach tools' clock read from ``clock``."""
-    args = [str(LAUNCHER), str(clock), "mcp", "--grpc-port-base", str(system.grpc_port_base)]
-    env = {**os.environ, "REACHSTORE_API_KEY": key}
-    async with Client(StdioServerParameters(command=sys.executable, args=args, env=env)) as c:
-        yield c
-
-
-def _db(system: RunningSystem) -> sqlite3.Connection:
-    return sqlite3.connect(system.data_dir / "reachstore.db", timeout=30)
-
-
-def _as_if_made_at(system: RunningSystem, task_ids: list[str], moment: dt.datetime) -> None:
-    """Writes the tasks back as made at ``moment``: their times, and their actions' day
-    window in the idempotency key (the key's last part, idempotency.window_bucket)."""
-    today = dt.datetime.now(dt.UTC).date().isoformat()
-    day = moment.astimezone(dt.UTC).date().isoformat()
-    stamp = moment.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
-    with contextlib.closing(_db(system)) as conn, conn:
-        for task_id in task_ids:
-            conn.execute(
-                "UPDATE reach_tasks SET created_at = ?, logical_time = ?, updated_at = ?, "
-                "finished_at = CASE WHEN finished_at IS NULL THEN NULL ELSE ? END "
-                "WHERE task_id = ?",
-                (stamp, stamp, stamp, stamp, task_id),
-            )
-            rows = conn.execute(
-                "SELECT action_id, idem_key FROM reach_actions WHERE task_id = ?", (task_id,)
-            ).fetchall()
-            for action_id, idem_key in rows:
-                assert idem_key.endswith("/" + today), idem_key
-                conn.execute(
-                    "UPDATE reach_actions SET idem_key = ?, created_at = ?, updated_at = ?, "
-                    "finished_at = CASE WHEN finished_at IS NULL THEN NULL ELSE ? END "
-                    "WHERE action_id = ?",
-                    (idem_key[: -len(today)] + day, stamp, stamp, stamp, action_id),
-                )
-
-
-def _today_at(hour: int, minute: int, days_back: int = 0) -> dt.datetime:
-    today = dt.datetime.now(dt.UTC).date() - dt.timedelta(days=days_back)
-    return dt.datetime.combine(today, dt.time(hour, minute), dt.UTC)
-
-
-async def _send(client: Client, clock: Path, at: dt.datetime, entity: str, ticket: str) -> Any:
-    clock.write_text(at.isoformat())
-    result = await client.call_tool(
-        "send_hook", {"entity_id": entity, "params": {"ticket": ticket}, "wait_ms": 10_000}
-    )
-    assert result.is_error is False, result.content[0].text
-    return result.structured_content
-
-
-def _wait_deliveries(receiver: HttpReceiver, ticket: str, at_least: int) -> int:
-    deadline = time.monotonic() + 5
-    while receiver.deliveries_by_field("ticket")[ticket] < at_least:
-        if time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
-    time.sleep(1)  # a second copy, if one is on its way
-    return receiver.deliveries_by_field("ticket")[ticket]
 
 
 def test_a_retry_just_after_midnight_finds_its_first_call(
@@ -119,16 +48,18 @@ def test_a_retry_just_after_midnight_finds_its_first_call(
     entity = f"customer-{ticket}"
 
     async def run() -> tuple[Any, Any]:
-        async with _clocked(system, keys["agent"], clock) as client:
-            first = await _send(client, clock, _today_at(23, 50, days_back=1), entity, ticket)
-            _as_if_made_at(system, [first["task_id"]], _today_at(23, 50, days_back=1))
-            again = await _send(client, clock, _today_at(0, 10), entity, ticket)
+        async with clocked(system, keys["agent"], clock) as client:
+            first = await send_at(
+                client, clock, today_at(23, 50, days_back=1), "send_hook", entity, ticket
+            )
+            as_if_made_at(system, [first["task_id"]], today_at(23, 50, days_back=1))
+            again = await send_at(client, clock, today_at(0, 10), "send_hook", entity, ticket)
             return first, again
 
     first, again = asyncio.run(run())
     assert first["state"] == "succeeded"
     assert again["deduplicated"] is True and again["task_id"] == first["task_id"]
-    assert _wait_deliveries(receiver, ticket, 1) == 1
+    assert wait_deliveries(receiver, ticket, 1) == 1
 
 
 def test_a_retry_just_after_midnight_is_not_sent_twice_for_a_busy_entity(
@@ -137,25 +68,30 @@ def test_a_retry_just_after_midnight_is_not_sent_twice_for_a_busy_entity(
     clock = tmp_path / "clock"
     ticket = f"BUSY-{time.monotonic_ns()}"
     entity = f"customer-{ticket}"
-    yesterday = _today_at(23, 50, days_back=1)
+    yesterday = today_at(23, 50, days_back=1)
 
     async def run() -> tuple[Any, Any]:
-        async with _clocked(system, keys["agent"], clock) as client:
-            first = await _send(client, clock, yesterday, entity, ticket)
+        async with clocked(system, keys["agent"], clock) as client:
+            first = await send_at(client, clock, yesterday, "send_hook", entity, ticket)
             others = [
-                await _send(
-                    client, clock, yesterday + dt.timedelta(minutes=5), entity, f"{ticket}-n{i}"
+                await send_at(
+                    client,
+                    clock,
+                    yesterday + dt.timedelta(minutes=5),
+                    "send_hook",
+                    entity,
+                    f"{ticket}-n{i}",
                 )
                 for i in range(20)
             ]
-            _as_if_made_at(system, [first["task_id"]] + [o["task_id"] for o in others], yesterday)
+            as_if_made_at(system, [first["task_id"]] + [o["task_id"] for o in others], yesterday)
             # 20 minutes after the first call: a retry (the answer was lost on the way).
-            again = await _send(client, clock, _today_at(0, 10), entity, ticket)
+            again = await send_at(client, clock, today_at(0, 10), "send_hook", entity, ticket)
             return first, again
 
     first, again = asyncio.run(run())
     assert first["state"] == "succeeded"
-    delivered = _wait_deliveries(receiver, ticket, 2)
+    delivered = wait_deliveries(receiver, ticket, 2)
     assert again["task_id"] == first["task_id"] and delivered == 1, (
         f"a retry 20 minutes after its first call was sent again: delivered {delivered} "
         f"times; first task {first['task_id']}, retry's task {again['task_id']} "
@@ -169,19 +105,19 @@ def test_a_new_days_call_is_not_swallowed_by_yesterdays_task(
     clock = tmp_path / "clock"
     ticket = f"DAILY-{time.monotonic_ns()}"
     entity = f"customer-{ticket}"
-    yesterday = _today_at(0, 10, days_back=1)
+    yesterday = today_at(0, 10, days_back=1)
 
     async def run() -> tuple[Any, Any]:
-        async with _clocked(system, keys["agent"], clock) as client:
-            first = await _send(client, clock, yesterday, entity, ticket)
-            _as_if_made_at(system, [first["task_id"]], yesterday)
+        async with clocked(system, keys["agent"], clock) as client:
+            first = await send_at(client, clock, yesterday, "send_hook", entity, ticket)
+            as_if_made_at(system, [first["task_id"]], yesterday)
             # 24 h 20 min later: today's reminder on a channel whose window is a day.
-            today = await _send(client, clock, _today_at(0, 30), entity, ticket)
+            today = await send_at(client, clock, today_at(0, 30), "send_hook", entity, ticket)
             return first, today
 
     first, today = asyncio.run(run())
     assert first["state"] == "succeeded"
-    delivered = _wait_deliveries(receiver, ticket, 2)
+    delivered = wait_deliveries(receiver, ticket, 2)
     assert today["task_id"] != first["task_id"] and delivered == 2, (
         f"a call 24 h 20 min after the last one (a new day on a daily channel) was answered "
         f"with yesterday's task {first['task_id']} (deduplicated={today['deduplicated']}) "

@@ -130,8 +130,28 @@ def test_just_after_midnight_the_previous_days_key_is_looked_up() -> None:
     first, _ = keying.keys_for(SECRET, "acme", "k1", "send_desk", args, before)
     current, previous = keying.keys_for(SECRET, "acme", "k1", "send_desk", args, after)
     assert current != first and previous == first
-    later = after + keying.LOOKBACK
+    later = after + keying.MAX_LOOKBACK
     assert keying.keys_for(SECRET, "acme", "k1", "send_desk", args, later)[1] is None
+
+
+def test_an_hourly_channels_key_is_the_hours() -> None:
+    args = {"entity_id": "o-1", "action_type": "page", "params": {}}
+    nine = dt.datetime(2026, 5, 17, 9, 20, tzinfo=UTC)
+    key, previous = keying.keys_for(SECRET, "acme", "k1", "send_pager", args, nine, "hour")
+    assert previous is None
+    # The next hour is another action; its first quarter of an hour looks back for a retry.
+    ten = nine + dt.timedelta(minutes=45)
+    current, previous = keying.keys_for(SECRET, "acme", "k1", "send_pager", args, ten, "hour")
+    assert current != key and previous == key
+    assert keying.lookback("hour") == dt.timedelta(minutes=15)
+    past = nine + dt.timedelta(hours=1)
+    assert keying.keys_for(SECRET, "acme", "k1", "send_pager", args, past, "hour")[1] is None
+    # A day's and a week's look-back stay an hour; "once, ever" has one key and none.
+    assert keying.lookback("day") == keying.lookback("week") == dt.timedelta(hours=1)
+    assert keying.lookback("none") is None
+    once = keying.keys_for(SECRET, "acme", "k1", "send_pager", args, nine, "none")
+    later = keying.keys_for(SECRET, "acme", "k1", "send_pager", args, past, "none")
+    assert once == later and once[1] is None
 
 
 def test_the_coverage_line_names_what_is_missing_and_when_to_retry() -> None:

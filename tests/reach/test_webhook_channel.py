@@ -237,6 +237,11 @@ def test_cancel_without_a_cancel_url_or_receiver_is_false(unreachable_port: int)
         ("status:408", "transient", "RECEIVER_UNAVAILABLE", False, False),
         ("status:400", "permanent", "RECEIVER_REJECTED", True, False),
         ("status:422", "permanent", "RECEIVER_REJECTED", True, False),
+        # The receiver cannot take a request of this method or form: our setup is wrong,
+        # which is for operations, not the business.
+        ("status:405", "permanent", "RECEIVER_REJECTED", False, False),
+        ("status:415", "permanent", "RECEIVER_REJECTED", False, False),
+        ("status:413", "permanent", "RECEIVER_REJECTED", False, False),
         ("status:401", "auth", "RECEIVER_AUTH_FAILED", False, False),
         ("status:403", "auth", "RECEIVER_AUTH_FAILED", False, False),
         ("status:302", "permanent", "RECEIVER_REDIRECTED", False, True),

@@ -13,8 +13,8 @@ import pytest
 from google.protobuf import struct_pb2
 
 from reachstore_server.common.config_errors import ConfigError
+from reachstore_server.common.windows import WINDOWS, window_bucket, window_start
 from reachstore_server.reach.idempotency import (
-    WINDOWS,
     IdempotencyKey,
     KeySecrets,
     build_key,
@@ -25,7 +25,6 @@ from reachstore_server.reach.idempotency import (
     look_up_keys,
     params_digest,
     previous_secrets,
-    window_bucket,
 )
 
 UTC = datetime.UTC
@@ -64,6 +63,20 @@ def test_window_buckets() -> None:
         "2026-W49",  # Monday 30 November 2026 starts ISO week 49
     ]
     assert window_bucket(at(2026, 11, 29, 12), "week") == "2026-W48"
+
+
+def test_a_window_starts_where_its_bucket_does() -> None:
+    moment = at(2026, 12, 3, 5, 17, 42)  # a Thursday
+    assert window_start(moment, "none") is None
+    assert window_start(moment, "hour") == at(2026, 12, 3, 5)
+    assert window_start(moment, "day") == at(2026, 12, 3)
+    assert window_start(moment, "week") == at(2026, 11, 30)  # the Monday of ISO week 49
+    for window in ("hour", "day", "week"):
+        start = window_start(moment, window)
+        assert start is not None
+        assert window_bucket(start, window) == window_bucket(moment, window)
+        before = start - datetime.timedelta(microseconds=1)
+        assert window_bucket(before, window) != window_bucket(moment, window)
 
 
 def test_the_last_millisecond_and_the_next_day_fall_in_different_buckets() -> None:

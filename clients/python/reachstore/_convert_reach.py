@@ -220,6 +220,7 @@ def channel_from_pb(channel: pb.Channel) -> Channel:
         can_cancel=channel.can_cancel,
         send_rate_per_second=channel.send_rate_per_second,
         breaker_state=channel.breaker_state,
+        window=channel.window,
     )
 
 

@@ -214,6 +214,9 @@ class Channel:
     send_rate_per_second: float
     # "closed", "open" or "half_open", in the process that answered.
     breaker_state: str
+    # How often one intent may recur: "none", "hour", "day" or "week" ("" from a server
+    # older than the field).
+    window: str = ""
 
 
 @dataclasses.dataclass(frozen=True)

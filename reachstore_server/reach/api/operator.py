@@ -312,6 +312,16 @@ class OperatorCalls:
                 "since_s",
                 f"{MIN_REVIEW_S} to {MAX_REVIEW_S} seconds (0: {DEFAULT_REVIEW_S}, a week)",
             )
+        retention_s = self._config.dedupe_retention_days * 86400
+        if since_s > retention_s:
+            # Settled actions leave the live tables after the retention: a longer period
+            # would be cut short without a word.
+            raise errors.invalid(
+                "since_s",
+                f"at most {retention_s} seconds: settled actions move to the dedupe archive "
+                f"after the retention of {self._config.dedupe_retention_days} days "
+                "(engine.dedupe_retention_days), so a longer period would miss them",
+            )
         if request.channel and not (
             request.channel in self._config.channels and who.may_reach(request.channel)
         ):

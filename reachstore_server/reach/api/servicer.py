@@ -302,6 +302,7 @@ class ReachServicer(OperatorCalls, pb_grpc.ReachServiceServicer):
                 can_cancel=channel.can_cancel,
                 send_rate_per_second=cfg.send_rate_per_second,
                 breaker_state=self._breakers[name].state,
+                window=cfg.window,
             )
         return response
 

@@ -9,10 +9,12 @@ What came back is classified so that the executor can decide without knowing HTT
 - 2xx: accepted; PENDING when a status look-up is configured, else SUCCESS;
 - 429: quota, with ``Retry-After`` read as seconds or as an HTTP-date;
 - 408: transient; 5xx: transient and ambiguous (a receiver can fail after the action took
-  effect, and a gateway's 502/504 says nothing of what lies behind it); 401/403: auth; any
-  other 4xx: permanent and the business's concern (the receiver refused this action, not
-  our setup); 3xx: permanent, technical and ambiguous (a 303 after a POST is how a
-  receiver says "done, look there");
+  effect, and a gateway's 502/504 says nothing of what lies behind it); 401/403: auth;
+  405, 406, 411, 413, 414, 415, 426 and 431 (``SETUP_REFUSALS``): permanent and technical
+  (the receiver cannot take a request of this method or form: our setup, for operations);
+  any other 4xx: permanent and the business's concern (the receiver refused this action);
+  3xx: permanent, technical and ambiguous (a 303 after a POST is how a receiver says
+  "done, look there");
 - no connection: transient and NOT ambiguous (nothing was sent);
 - a read timeout or a connection lost after sending: ambiguous (it may have taken effect).
 
@@ -62,6 +64,10 @@ from reachstore_server.reach.channels.webhook_signing import (
     decode_secret,
 )
 
+# Refusals of the request's method or form (Method Not Allowed, Not Acceptable, Length
+# Required, Content Too Large, URI Too Long, Unsupported Media Type, Upgrade Required,
+# Request Header Fields Too Large): the integration is wrong, not the action.
+SETUP_REFUSALS = frozenset({405, 406, 411, 413, 414, 415, 426, 431})
 DONE_STATES = frozenset({"done", "succeeded", "success", "completed"})
 FAILED_STATES = frozenset({"failed", "error", "rejected"})
 PENDING_STATES = frozenset({"pending", "processing", "queued", "accepted", "running"})
@@ -439,6 +445,14 @@ def _classify_submit(
             "auth",
             "RECEIVER_AUTH_FAILED",
             f"the receiver refused our credentials ({code})",
+            **facts,
+        )
+    if code in SETUP_REFUSALS:
+        raise ChannelError(
+            "permanent",
+            "RECEIVER_REJECTED",
+            f"the receiver cannot take a request of this method or form ({code}); check "
+            "the channel's url and the receiver's version",
             **facts,
         )
     if 400 <= code < 500:

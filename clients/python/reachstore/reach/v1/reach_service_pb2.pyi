@@ -380,7 +380,7 @@ class ListChannelsResponse(_message.Message):
     def __init__(self, channels: _Optional[_Iterable[_Union[Channel, _Mapping]]] = ..., partial_failures: _Optional[_Iterable[_Union[_partial_failure_pb2.PartialFailure, _Mapping]]] = ...) -> None: ...
 
 class Channel(_message.Message):
-    __slots__ = ("name", "kind", "description", "side_effect", "action_types", "parameters_schema", "rules", "idempotent", "honours_idempotency_key", "can_poll", "can_cancel", "send_rate_per_second", "breaker_state")
+    __slots__ = ("name", "kind", "description", "side_effect", "action_types", "parameters_schema", "rules", "idempotent", "honours_idempotency_key", "can_poll", "can_cancel", "send_rate_per_second", "breaker_state", "window")
     NAME_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
@@ -394,6 +394,7 @@ class Channel(_message.Message):
     CAN_CANCEL_FIELD_NUMBER: _ClassVar[int]
     SEND_RATE_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
     BREAKER_STATE_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
     name: str
     kind: str
     description: str
@@ -407,7 +408,8 @@ class Channel(_message.Message):
     can_cancel: bool
     send_rate_per_second: float
     breaker_state: str
-    def __init__(self, name: _Optional[str] = ..., kind: _Optional[str] = ..., description: _Optional[str] = ..., side_effect: _Optional[str] = ..., action_types: _Optional[_Iterable[str]] = ..., parameters_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., rules: _Optional[_Iterable[str]] = ..., idempotent: _Optional[bool] = ..., honours_idempotency_key: _Optional[bool] = ..., can_poll: _Optional[bool] = ..., can_cancel: _Optional[bool] = ..., send_rate_per_second: _Optional[float] = ..., breaker_state: _Optional[str] = ...) -> None: ...
+    window: str
+    def __init__(self, name: _Optional[str] = ..., kind: _Optional[str] = ..., description: _Optional[str] = ..., side_effect: _Optional[str] = ..., action_types: _Optional[_Iterable[str]] = ..., parameters_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., rules: _Optional[_Iterable[str]] = ..., idempotent: _Optional[bool] = ..., honours_idempotency_key: _Optional[bool] = ..., can_poll: _Optional[bool] = ..., can_cancel: _Optional[bool] = ..., send_rate_per_second: _Optional[float] = ..., breaker_state: _Optional[str] = ..., window: _Optional[str] = ...) -> None: ...
 
 class ListActionsRequest(_message.Message):
     __slots__ = ("states", "channel", "tenant", "min_age_s", "max_age_s", "page_size", "page_token")

@@ -145,7 +145,8 @@ function channelCard(channel) {
 }
 
 const SIGNALS = {
-  failure_rate: ["Failure rate", pct],
+  technical_failure_rate: ["Technical failure rate", pct],
+  business_failure_rate: ["Business failure rate", pct],
   unknown_rate: ["UNKNOWN rate", pct],
   latency_p99_ms: ["Latency p99", fmtMs],
 };
@@ -158,7 +159,7 @@ function baselineTable(channel) {
     h("caption", {}, "Alert thresholds: the last hour against the same hour of the day " +
       "over the last days (mean + 3 standard deviations)"),
     h("thead", {}, h("tr", {},
-      ["Signal", "Last hour", "Samples", "Usual (mean)", "Deviation", "Threshold", "Days", "Status"]
+      ["Signal", "Last hour", "Samples", "Usual (median)", "Deviation", "Threshold", "Days", "Status"]
         .map((t) => h("th", { scope: "col" }, t)))),
     h("tbody", {}, rows.map((b) => {
       const [label, fmt] = SIGNALS[b.signal] || [b.signal, (v) => String(v)];
