@@ -123,7 +123,8 @@ def _hour(days_back: int, total: int, failed: int, kind: str = st.TECHNICAL) -> 
     for i in range(total):
         done = end - dt.timedelta(minutes=59 * (i + 1) / (total + 1))
         state = st.FAILED if i < failed else st.SUCCEEDED
-        out.append(bl.Finished("t", "hook", done - dt.timedelta(milliseconds=200), done, state, kind))
+        created = done - dt.timedelta(milliseconds=200)
+        out.append(bl.Finished("t", "hook", created, done, state, kind))
     return out
 
 
@@ -133,9 +134,7 @@ def _judge(history: list[tuple[int, int]], now: tuple[int, int], **kw: Any) -> b
         rows += _hour(day, total, failed)
     rows += _hour(0, *now)
     rows += kw.get("extra", [])
-    [found] = [
-        j for j in bl.judge(T0, POLICY, rows, []) if j.signal == bl.TECHNICAL_FAILURE_RATE
-    ]
+    [found] = [j for j in bl.judge(T0, POLICY, rows, []) if j.signal == bl.TECHNICAL_FAILURE_RATE]
     return found
 
 
@@ -153,9 +152,7 @@ def test_control_rate_past_halfway_alerts_despite_a_wide_spread() -> None:
 
 def test_control_skipped_actions_are_no_failures() -> None:
     end = T0 - dt.timedelta(minutes=10)
-    skipped = [
-        bl.Finished("t", "hook", end, end, st.SKIPPED, st.TECHNICAL) for _ in range(200)
-    ]
+    skipped = [bl.Finished("t", "hook", end, end, st.SKIPPED, st.TECHNICAL) for _ in range(200)]
     judged = _judge([(50, 0)] * 7, (50, 0), extra=skipped)
     assert judged.samples == 50 and not judged.alerting, judged
 
