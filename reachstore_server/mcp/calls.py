@@ -27,6 +27,7 @@ from reachstore import (
     InvalidArgumentError,
     NotFoundError,
     PermanentError,
+    ReachAction,
     ReachstoreError,
     ReachTask,
 )
@@ -187,25 +188,37 @@ _FIXED = {
 # --- reach ------------------------------------------------------------------------------------
 
 
-async def _earlier_task(
+def _same_intent(action: ReachAction, args: Mapping[str, Any]) -> bool:
+    return action.action_type == args["action_type"] and keying.canonical_json(
+        action.params
+    ) == keying.canonical_json(args["params"])
+
+
+async def _earlier_action(
     client: AsyncClient,
-    entity_id: str,
-    channel: str,
+    args: Mapping[str, Any],
     request_key: str,
     now: dt.datetime,
     lookback: dt.timedelta,
-) -> ReachTask | None:
-    """The task an earlier call of the previous window reserved with ``request_key``, if
-    it was made within ``lookback`` of ``now``: a retry comes soon after its first call,
-    and an older one is not the call being retried. Every task of the entity on the
-    channel in that time is searched, newest first, however many there are."""
+) -> tuple[ReachTask, ReachAction] | None:
+    """The task, and its action, that answered an earlier call of the previous window,
+    if that call was made within ``lookback`` of ``now``: a retry comes soon after its
+    first call, and an older one is not the call being retried. The earlier call either
+    reserved a task with ``request_key``, or was answered with an action another task had
+    reserved (the same action type and parameters for the entity, sent by another tool or
+    another key of the tenant: the reach service's own key matched), which is the same
+    intent on whichever channel it is. Every task of the entity in that time is searched,
+    newest first, however many there are."""
     since = now - lookback
-    async for task in client.list_reach_tasks(entity_id=entity_id, channel=channel):
+    async for task in client.list_reach_tasks(entity_id=args["entity_id"]):
         created = dt.datetime.fromisoformat(task.created_at)
         if created < since:
             break
-        if task.idempotency_key == request_key:
-            return task
+        if task.idempotency_key == request_key and task.actions:
+            return task, task.actions[0]
+        for action in task.actions:
+            if _same_intent(action, args):
+                return task, action
     return None
 
 
@@ -226,12 +239,13 @@ async def _send(
     current, previous = keying.keys_for(
         secret, key.tenant, key.key_id, spec.name, args, now, window
     )
-    task = None
+    earlier = None
     lookback = keying.lookback(window)
     if previous is not None and lookback is not None:
-        task = await _earlier_task(client, args["entity_id"], channel.name, previous, now, lookback)
-    if task is not None:
-        request_key, deduplicated, action_id = previous or "", True, task.actions[0].action_id
+        earlier = await _earlier_action(client, args, previous, now, lookback)
+    if earlier is not None:
+        task, found = earlier
+        request_key, deduplicated, action_id = previous or "", True, found.action_id
     else:
         result = await client.reach(
             {

@@ -190,6 +190,12 @@ def parse_config(data: Mapping[str, Any], source: str = "reach config") -> Reach
     policy = BaselinePolicy.from_table(
         _table(engine.get("baseline", {}), "engine.baseline"), "engine.baseline"
     )
+    if policy.days >= retention:
+        # A judgement reads the live rows; the archive takes them after the retention.
+        raise ConfigError(
+            f"engine.baseline.days: must be below engine.dedupe_retention_days ({retention}):"
+            " older actions leave the live tables the baseline is read from"
+        )
     return ReachConfig(
         channels, workers, lease_s, alert, tolerance, retention, dict(routes), policy
     )

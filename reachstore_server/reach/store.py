@@ -1270,9 +1270,12 @@ class _Batch:
             if new_state == st.TASK_FAILED:
                 lost = [a for a in actions if a["required"] and a["state"] in st.DID_NOT_HAPPEN]
                 failed = [a["name"] for a in lost]
-                # The kind of the failure that failed the task: this action's when it is
-                # one of them, else the first one's.
-                cause = row if row["name"] in failed else lost[0]
+                # The kind of the failure that failed the task: this action's when it
+                # failed (also when it was optional and its failure skipped a required
+                # one: a skipped action has no kind of its own), else the first failed
+                # one's.
+                causes = [a for a in lost if a["state"] == st.FAILED]
+                cause = row if row["state"] == st.FAILED else (causes or lost)[0]
                 self.alerts.append(
                     (
                         index,

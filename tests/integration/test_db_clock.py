@@ -55,8 +55,8 @@ def test_a_process_with_a_skewed_clock_reads_the_same_database_clock(
     sessions = make_sessions(engine)
     with sessions() as session:
         mine = db_clock(session)
+    now = time.time()  # before the child, whose start takes seconds on a loaded machine
     theirs = _read_in_a_skewed_process(database_url, skew)
-    now = time.time()
     engine.dispose()
     assert abs(theirs["wall"] - now) > 3000, f"the child's clock was not skewed: {theirs}"
     # The child read the database's clock a few seconds after this process did at most.
