@@ -60,6 +60,7 @@ from reachstore_server.storage.models import utcnow
 from reachstore_server.storage.reach_models import (
     ReachActionRow,
     ReachAlertRow,
+    ReachArchivedKeyRow,
     ReachHistoryRow,
     ReachReceiptRow,
     ReachTaskRow,
@@ -519,6 +520,27 @@ class ReachStore:
                     ReachActionRow.action_id == action_id, ReachActionRow.tenant == tenant
                 )
             )
+
+    def archived_task_of_action(self, tenant: str, action_id: str) -> list[ReachArchivedKeyRow]:
+        """The archived action keys of the task the tenant's archived action belonged to
+        (the action's own first); empty when the action was never archived."""
+        with self._sessions() as session:
+            task_id = session.scalar(
+                select(ReachArchivedKeyRow.task_id).where(
+                    ReachArchivedKeyRow.tenant == tenant,
+                    ReachArchivedKeyRow.action_id == action_id,
+                )
+            )
+            if task_id is None:
+                return []
+            rows = session.scalars(
+                select(ReachArchivedKeyRow).where(
+                    ReachArchivedKeyRow.tenant == tenant,
+                    ReachArchivedKeyRow.task_id == task_id,
+                    ReachArchivedKeyRow.scope == "action",
+                )
+            ).all()
+        return sorted(rows, key=lambda r: r.action_id != action_id)
 
     def get_action(
         self, tenant: str, action_id: str

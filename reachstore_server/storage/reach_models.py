@@ -212,6 +212,7 @@ class ReachArchivedKeyRow(Base):
     __table_args__ = (
         UniqueConstraint("tenant", "scope", "key", name="uq_reach_archived_keys_key"),
         Index("ix_reach_archived_keys_archived", "archived_at"),
+        Index("ix_reach_archived_keys_action", "tenant", "action_id"),
         NO_ID_REUSE,
     )
 

@@ -29,7 +29,7 @@ from reachstore_server.reach.metrics import ReachMetrics
 from reachstore_server.reach.policy.breaker import CircuitBreaker
 from reachstore_server.reach.store import Change, ReachStore, Settled
 from reachstore_server.storage.models import TENANT_LEN
-from reachstore_server.storage.reach_models import ReachActionRow
+from reachstore_server.storage.reach_models import ReachActionRow, ReachArchivedKeyRow
 
 MAX_STATES = 10
 MAX_AGE_S = 365 * 24 * 3600
@@ -48,6 +48,25 @@ def replica_name(worker_id: str = "") -> str:
 def action_not_found(action_id: str) -> errors.ReachstoreError:
     return errors.ReachstoreError(
         errors.ACTION_NOT_FOUND, structured_data={"action_id": action_id[:64]}
+    )
+
+
+def archived_action(row: ReachArchivedKeyRow) -> errors.ReachstoreError:
+    """An action whose rows left the live tables after the dedupe retention: still not
+    found (its receipts and history are gone), but said to be archived, with how it ended."""
+    finished = rfc3339(row.finished_at) if row.finished_at else ""
+    return errors.ReachstoreError(
+        errors.ACTION_NOT_FOUND,
+        f"action {row.action_id} was archived after the dedupe retention "
+        f"(engine.dedupe_retention_days) on {rfc3339(row.archived_at)}; it ended {row.state}"
+        f"{' on ' + finished if finished else ''}, and its key still refuses duplicates",
+        structured_data={
+            "action_id": row.action_id,
+            "reason": "archived",
+            "state": row.state,
+            "finished_at": finished,
+            "archived_at": rfc3339(row.archived_at),
+        },
     )
 
 

@@ -29,7 +29,12 @@ from reachstore_server.common.timefmt import rfc3339
 from reachstore_server.common.tracing import trace_from_metadata
 from reachstore_server.reach import states as st
 from reachstore_server.reach.api import convert, visibility
-from reachstore_server.reach.api.operator import OperatorCalls, action_not_found, replica_name
+from reachstore_server.reach.api.operator import (
+    OperatorCalls,
+    action_not_found,
+    archived_action,
+    replica_name,
+)
 from reachstore_server.reach.channels.base import Channel, Outgoing
 from reachstore_server.reach.config import ReachConfig
 from reachstore_server.reach.idempotency import KeySecrets
@@ -272,6 +277,11 @@ class ReachServicer(OperatorCalls, pb_grpc.ReachServiceServicer):
             visibility.find_action, self._store, caller(context), request.action_id
         )
         if found is None:
+            archived = await asyncio.to_thread(
+                visibility.find_archived_action, self._store, caller(context), request.action_id
+            )
+            if archived is not None:
+                raise archived_action(archived)
             raise action_not_found(request.action_id)
         row, receipts, history = found
         failures = convert.reported_failures([row])

@@ -21,6 +21,7 @@ from reachstore_server.common.auth import Caller
 from reachstore_server.reach.store import ReachStore
 from reachstore_server.storage.reach_models import (
     ReachActionRow,
+    ReachArchivedKeyRow,
     ReachHistoryRow,
     ReachReceiptRow,
     ReachTaskRow,
@@ -51,6 +52,18 @@ def find_action(store: ReachStore, who: Caller, action_id: str) -> FoundAction |
     if task_id is None or task is None or not task_visible(who, task[1]):
         return None
     return store.get_action(who.tenant, action_id)
+
+
+def find_archived_action(
+    store: ReachStore, who: Caller, action_id: str
+) -> ReachArchivedKeyRow | None:
+    """The archive's record of the caller's action, if its rows left the live tables after
+    the retention and the key may see its task (every archived action of the task on a
+    channel it may reach, as for a live task)."""
+    rows = store.archived_task_of_action(who.tenant, action_id)
+    if not rows or (who.channels and not all(who.may_reach(r.channel) for r in rows)):
+        return None
+    return rows[0]
 
 
 def visible_actions(
