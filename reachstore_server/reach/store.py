@@ -365,9 +365,16 @@ class ReachStore:
     ) -> dedupe_archive.Moved:
         """Moves finished tasks past the retention to the dedupe archive, one transaction
         (``reachstore_server/reach/dedupe_archive.py``). ``now``: the service passes the
-        database's clock; a test, any moment."""
-        with self._engine.begin() as conn:
-            return dedupe_archive.move_expired(conn, now, retention_days, self._postgres, limit)
+        database's clock; a test, any moment. On SQLite the file's write lock is taken
+        before the move reads what to move (``BEGIN IMMEDIATE``): two movers that both read
+        a task before either wrote would both insert its keys, and one would fail on the
+        archive's unique index (PostgreSQL's movers skip each other's locked rows)."""
+        with self._engine.connect() as conn:
+            if not self._postgres:
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
+            moved = dedupe_archive.move_expired(conn, now, retention_days, self._postgres, limit)
+            conn.commit()
+            return moved
 
     def _insert(self, session: Session, plan: TaskPlan, due: float) -> Reserved:
         """The task, its actions and their first history entries: one INSERT statement per

@@ -156,6 +156,37 @@ def test_reservations_racing_the_move_never_reserve_a_key_again(store: ReachStor
         assert _live_and_archived(store, key) == (0, 1), key
 
 
+def test_movers_running_at_once_each_move_what_the_others_did_not(store: ReachStore) -> None:
+    """Attack: four movers (every reach replica runs one) sweep the same expired tasks at
+    the same moment. None may fail (a failed sweep waits an hour), and every key ends in
+    the archive once."""
+    keys = [f"k-movers-{i}" for i in range(120)]
+    for key in keys:
+        store.reserve(_plan(key))
+    _finish(store, len(keys))
+    failures: list[BaseException] = []
+    moved: list[int] = []
+    start = threading.Barrier(4)
+
+    def mover() -> None:
+        start.wait()
+        try:
+            while done := store.archive_expired(_now() + 91 * DAY, 90, limit=5).tasks:
+                moved.append(done)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=mover) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures, failures
+    assert sum(moved) == len(keys)
+    for key in keys:
+        assert _live_and_archived(store, key) == (0, 1), key
+
+
 _KILLED_MOVE = textwrap.dedent(
     """
     import datetime as dt, os, sys, time
