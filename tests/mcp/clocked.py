@@ -35,6 +35,12 @@ async def clocked(system: RunningSystem, key: str, clock: Path) -> AsyncIterator
         yield c
 
 
+def ticket_for(label: str) -> tuple[str, str]:
+    """A ticket no other test sends, and the entity it is sent for."""
+    ticket = f"{label}-{time.monotonic_ns()}"
+    return ticket, f"customer-{ticket}"
+
+
 def today_at(hour: int, minute: int, days_back: int = 0) -> dt.datetime:
     today = dt.datetime.now(dt.UTC).date() - dt.timedelta(days=days_back)
     return dt.datetime.combine(today, dt.time(hour, minute), dt.UTC)

@@ -22,29 +22,30 @@ does.
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.e2e.system import RunningSystem
-from tests.mcp.clocked import as_if_made_at, clocked, send_at, today_at, wait_deliveries
+from tests.mcp.clocked import (
+    as_if_made_at,
+    clocked,
+    send_at,
+    ticket_for,
+    today_at,
+    wait_deliveries,
+)
 from tests.reach.peers import HttpReceiver
 
 pytestmark = pytest.mark.e2e
-
-
-def _ticket(label: str) -> tuple[str, str]:
-    ticket = f"{label}-{time.monotonic_ns()}"
-    return ticket, f"customer-{ticket}"
 
 
 def test_retry_after_midnight_of_a_call_answered_by_another_channels_action(
     system: RunningSystem, keys: dict[str, str], receiver: HttpReceiver, tmp_path: Path
 ) -> None:
     clock = tmp_path / "clock"
-    ticket, entity = _ticket("XDESK")
+    ticket, entity = ticket_for("XDESK")
     hook_at, desk_at, retry_at = today_at(23, 50, 1), today_at(23, 58, 1), today_at(0, 2)
 
     async def run() -> tuple[Any, Any, Any]:
@@ -70,7 +71,7 @@ def test_retry_after_midnight_of_a_call_answered_by_another_keys_action(
     system: RunningSystem, keys: dict[str, str], receiver: HttpReceiver, tmp_path: Path
 ) -> None:
     clock = tmp_path / "clock"
-    ticket, entity = _ticket("XKEY")
+    ticket, entity = ticket_for("XKEY")
     first_at, second_at, retry_at = today_at(23, 50, 1), today_at(23, 58, 1), today_at(0, 2)
     clock_b = tmp_path / "clock-b"
 

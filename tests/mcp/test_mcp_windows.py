@@ -15,7 +15,6 @@ The MCP server's clock is in the test's hands (tests/mcp/clocked.py).
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,14 @@ from typing import Any
 import pytest
 
 from tests.e2e.system import RunningSystem
-from tests.mcp.clocked import as_if_made_at, clocked, send_at, today_at, wait_deliveries
+from tests.mcp.clocked import (
+    as_if_made_at,
+    clocked,
+    send_at,
+    ticket_for,
+    today_at,
+    wait_deliveries,
+)
 from tests.mcp.mcp_support import start_system
 from tests.reach.peers import HttpReceiver
 
@@ -39,16 +45,11 @@ def system(
     assert running.stop() == 0, "".join(running.output[-40:])
 
 
-def _ticket(label: str) -> tuple[str, str]:
-    ticket = f"{label}-{time.monotonic_ns()}"
-    return ticket, f"customer-{ticket}"
-
-
 def test_the_next_hours_page_is_sent(
     system: RunningSystem, keys: dict[str, str], receiver: HttpReceiver, tmp_path: Path
 ) -> None:
     clock = tmp_path / "clock"
-    ticket, entity = _ticket("PAGE")
+    ticket, entity = ticket_for("PAGE")
     nine = today_at(9, 20)
 
     async def run() -> tuple[Any, Any]:
@@ -72,7 +73,7 @@ def test_a_retry_across_the_hour_finds_its_first_call(
     system: RunningSystem, keys: dict[str, str], receiver: HttpReceiver, tmp_path: Path
 ) -> None:
     clock = tmp_path / "clock"
-    ticket, entity = _ticket("EDGE")
+    ticket, entity = ticket_for("EDGE")
     first_at = today_at(9, 58)
 
     async def run() -> tuple[Any, Any]:
@@ -91,7 +92,7 @@ def test_an_action_found_on_another_channel_is_named(
     system: RunningSystem, keys: dict[str, str], receiver: HttpReceiver, tmp_path: Path
 ) -> None:
     clock = tmp_path / "clock"
-    ticket, entity = _ticket("CROSS")
+    ticket, entity = ticket_for("CROSS")
     noon = today_at(12, 0)
 
     async def run() -> tuple[Any, Any]:
