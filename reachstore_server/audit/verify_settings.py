@@ -6,17 +6,30 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import time
 from collections.abc import Mapping, Sequence
+
+import httpx
 
 from reachstore_server.audit.signing import CheckpointKeys
 from reachstore_server.audit.store import AuditStore
-from reachstore_server.audit.verify import Break, Cadence, Report, WitnessedHeads
+from reachstore_server.audit.verify import (
+    WITNESS_INCOMPLETE,
+    Break,
+    Cadence,
+    Report,
+    WitnessedHeads,
+)
 from reachstore_server.audit.witness import Witness, WitnessRead, read_lines
 from reachstore_server.common.config_errors import ConfigError
 
 CADENCE_GRACE = "REACHSTORE_AUDIT_CADENCE_GRACE_S"
 DEFAULT_GRACE_S = 300.0
 WITNESS_BROKEN = "witness_broken"
+# A checkpoint the witnesses lack is looked for again this many times, this far apart, before
+# it is a break: its delivery (an fsync-ed append, or a POST) may still be under way.
+INCOMPLETE_REREADS = 3
+INCOMPLETE_REREAD_PAUSE_S = 0.2
 
 
 def cadence_from_env(env: Mapping[str, str], interval_s: float) -> Cadence:
@@ -68,6 +81,19 @@ class Verifier:
         results = []
         for tenant in tenants:
             report = store.verify(tenant, self.keys, from_seq, to_seq, heads, cadence)
+            for _ in range(INCOMPLETE_REREADS):
+                # The witnesses were read before the database: a checkpoint signed between
+                # the two reads is in the database and, a moment later, in the witness.
+                # Lines removed from a witness's end stay removed however often it is read.
+                if report.first_break is None or report.first_break.kind != WITNESS_INCOMPLETE:
+                    break
+                time.sleep(INCOMPLETE_REREAD_PAUSE_S)
+                try:
+                    reads = self.read_witnesses()
+                except (OSError, httpx.HTTPError):
+                    break  # the first verdict stands
+                heads = [WitnessedHeads(r.name, r.heads) for r in reads]
+                report = store.verify(tenant, self.keys, from_seq, to_seq, heads, cadence)
             for read in reads:
                 if read.broken is None or read.broken.tenant != tenant:
                     continue

@@ -272,6 +272,21 @@ def test_the_witness_files_last_line_deleted_is_a_witness_break(witnessed: Witne
     assert "lacks the checkpoint" in found.detail
 
 
+def test_a_checkpoint_signed_while_verify_runs_is_no_witness_break(witnessed: Witnessed) -> None:
+    """Verify reads the witnesses, then the database. A checkpoint signed and delivered
+    between the two (the service's cadence does not wait for a verification) is in the
+    database and, by the time of the verdict, in the witness: it must not read as a line
+    removed from the witness's end. Seen under load as ``witness_incomplete`` on an
+    untouched trail."""
+    witness = FileWitness(witnessed.witness_path)
+    verifier = Verifier(KEYS, [witness], Cadence(INTERVAL_S, 300, dt.datetime.now(dt.UTC)))
+    before = verifier.read_witnesses()
+    witnessed.store.append(fresh_events("acme", 21, 23))
+    assert witnessed.checkpointer.tick() == 1
+    [(_, report)] = verifier.verify(witnessed.store, ["acme"], reads=before)
+    assert report.first_break is None, report.first_break
+
+
 def test_a_line_removed_from_the_middle_of_the_witness_breaks_it(witnessed: Witnessed) -> None:
     lines = witnessed.witness_path.read_text().splitlines()
     witnessed.witness_path.write_text("\n".join(lines[:1] + lines[2:]) + "\n")
