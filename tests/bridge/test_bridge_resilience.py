@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
+import pytest
 from grpc_health.v1 import health_pb2
 
 from reachstore_server.bridge.backends import QUERY_SERVICE
@@ -150,6 +151,7 @@ def _read_response(sock: socket.socket) -> bytes:
     return head
 
 
+@pytest.mark.alone  # a median in milliseconds: another worker's load moves it
 def test_small_requests_take_about_a_millisecond_not_40(bridge: BridgeServer) -> None:
     host, port = bridge.url.removeprefix("http://").split(":")
     body = b'{"namespaces": ["demo"], "query": "q"}'
