@@ -230,6 +230,15 @@ class BucketRule:
     burst: int
 
 
+class _Lease:
+    """A trip to the store under way for one set of buckets."""
+
+    __slots__ = ("done", "waiting")
+
+    def __init__(self) -> None:
+        self.done, self.waiting = threading.Event(), 0
+
+
 class _Grant:
     """Tokens this process leased and has not used yet, or a refusal it remembers."""
 
@@ -250,6 +259,13 @@ class FleetLimiter:
     towards refusing by at most one lease per process per ``ttl_s``). A refusal is
     remembered until the wait it advised, so a caller hammering past its limit costs one
     trip per wait, not one per call.
+
+    One thread at a time leases for a given set of buckets; the others that find the
+    process's tokens gone wait for its lease and spend from it. Without that, a burst of
+    calls (sixteen search threads of one namespace) sent one lease each to the same bucket
+    rows at once, and every process's leases queued on those rows' locks: under a 3x
+    overload, searches spent most of their time there and ran past their budgets. The
+    lease is made large enough for the calls waiting on it (up to half the burst).
     """
 
     def __init__(
@@ -265,6 +281,8 @@ class FleetLimiter:
         self._lease_s, self._ttl_s, self._max_keys = lease_s, ttl_s, max_keys
         self._lock = threading.Lock()
         self._grants: OrderedDict[tuple[str, ...], _Grant] = OrderedDict()
+        # Buckets some thread is leasing for now, and how many calls wait for that lease.
+        self._leasing: dict[tuple[str, ...], _Lease] = {}
 
     def try_local(self, parts: Sequence[BucketRule]) -> float | None:
         """0.0 when a leased token was spent, the remaining wait when a refusal is still
@@ -285,12 +303,35 @@ class FleetLimiter:
     def take(self, parts: Sequence[BucketRule]) -> float:
         """One call's token: spent from a lease, or from a new lease (a trip to the store,
         blocking; run it off the event loop). 0.0 or the seconds to wait."""
-        local = self.try_local(parts)
-        if local is not None:
-            return local
-        want = max(1, min(min(int(p.rate * self._lease_s), p.burst // 2) for p in parts))
-        got, wait = self._store.lease(parts, want)
         key = tuple(part.name for part in parts)
+        while True:
+            local = self.try_local(parts)
+            if local is not None:
+                return local
+            with self._lock:
+                lease = self._leasing.get(key)
+                if lease is None:
+                    lease = self._leasing[key] = _Lease()
+                    break
+                lease.waiting += 1
+            # Another thread is at the store for these buckets: spend from its lease (or
+            # its remembered refusal); if the calls before this one used it all, go again.
+            lease.done.wait()
+        try:
+            return self._lease(parts, key, lease)
+        finally:
+            with self._lock:
+                del self._leasing[key]
+            lease.done.set()
+
+    def _lease(self, parts: Sequence[BucketRule], key: tuple[str, ...], lease: _Lease) -> float:
+        """The trip to the store for this call and the calls that wait on ``lease``."""
+        base = min(int(p.rate * self._lease_s) for p in parts)
+        with self._lock:
+            calls = lease.waiting + 1
+        # Never more than half the smallest burst: a lease must not empty a bucket.
+        want = max(1, min(max(base, calls), min(p.burst for p in parts) // 2))
+        got, wait = self._store.lease(parts, want)
         now = self._clock()
         with self._lock:
             grant = self._grants.get(key)

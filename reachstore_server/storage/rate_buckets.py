@@ -1,8 +1,8 @@
 """The call-rate buckets of the whole deployment, one row each in the shared database.
 
 ``reachstore_server/common/limits.py`` (``FleetLimiter``) leases a few tokens at a time from here;
-this module is only the transaction: read the call's buckets, refill each by the time
-passed on the database's clock (``clock.py``: the one clock every process shares), and
+this module is only the transaction: read and lock the call's buckets, refill each by the
+time passed on the database's clock (``clock.py``: the one clock every process shares), and
 take the same number from each, or from none, writing back with a compare-and-set on each
 row's version, as the reach channel buckets do (``reachstore_server/reach/shared_bucket.py``).
 A refusal writes nothing.
@@ -60,12 +60,23 @@ class SqlRateBuckets:
     def _lease_once(
         self, session: Session, rules: dict[str, BucketRule], want: int
     ) -> tuple[int, float]:
-        now = db_clock(session)
         names = sorted(rules)
+        # On PostgreSQL the rows are locked as they are read, in name order (two leases of
+        # overlapping buckets then cannot deadlock), so a lease that comes second waits for
+        # the first and reads what it wrote. Without the lock it read the old row, lost the
+        # compare-and-set below and started again: 32 processes leasing at once exhausted
+        # their attempts and refused callers while the bucket held hundreds of tokens.
+        # SQLite has no row locks; its one writer at a time keeps the compare-and-set rare.
         rows = {
             row.name: row
-            for row in session.scalars(select(RateBucketRow).where(RateBucketRow.name.in_(names)))
+            for row in session.scalars(
+                select(RateBucketRow)
+                .where(RateBucketRow.name.in_(names))
+                .order_by(RateBucketRow.name)
+                .with_for_update()
+            )
         }
+        now = db_clock(session)  # after the wait for the locks
         tokens = {}
         for name in names:
             rule, row = rules[name], rows.get(name)
