@@ -1,0 +1,48 @@
+"""The overload benchmark's recovery rule (bench/_overload.py): when the service is back to
+what it did before the overload. Benchmarks print figures; this rule decides one of them,
+so it is held here on made-up outcomes."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+from _open_loop import Outcome  # noqa: E402
+from _overload import REFUSED_PREFIX, phases, report  # noqa: E402
+
+PLAN = phases(60.0, 120.0, 120.0, 3.0)
+DROP = 180.0
+
+
+def _steady(start: float, end: float, seconds: float, rate: float = 5.0) -> list[Outcome]:
+    count = int((end - start) * rate)
+    return [Outcome("action.submit", start + i / rate, seconds, None) for i in range(count)]
+
+
+def test_a_window_no_slower_than_the_base_phases_slowest_is_recovered() -> None:
+    base = _steady(0, 60, 0.012)
+    base[40] = Outcome("action.submit", base[40].scheduled, 0.045, None)  # one slow window
+    after = _steady(DROP, 300, 0.012)
+    after[500] = Outcome("action.submit", after[500].scheduled, 0.080, None)  # < 2 x 45 ms
+    result = report(base + _steady(60, DROP, 0.020, 15.0) + after, PLAN)
+    assert result["recovery_s"] == 0.0
+    assert result["recovery_last_window"] is None
+
+
+def test_a_window_twice_as_slow_as_any_base_window_is_behind() -> None:
+    base = _steady(0, 60, 0.012)
+    after = _steady(DROP, 300, 0.012)
+    after[60] = Outcome("action.submit", after[60].scheduled, 0.100, None)  # 12 s after
+    result = report(base + after, PLAN)
+    assert result["recovery_s"] == 15.0
+    assert result["recovery_last_window"].startswith("action.submit 10-15 s after the drop")
+
+
+def test_a_refusal_after_the_drop_is_behind_whatever_its_speed() -> None:
+    after = _steady(DROP, 300, 0.012)
+    after[110] = Outcome("action.submit", after[110].scheduled, 0.001, REFUSED_PREFIX + "x")
+    result = report(_steady(0, 60, 0.012) + after, PLAN)
+    assert result["recovery_s"] == 25.0
+    assert "1 refused" in result["recovery_last_window"]
