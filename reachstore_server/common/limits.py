@@ -240,12 +240,14 @@ class _Lease:
 
 
 class _Grant:
-    """Tokens this process leased and has not used yet, or a refusal it remembers."""
+    """Tokens this process leased and has not used yet, or a refusal or a failure of the
+    store it remembers."""
 
-    __slots__ = ("tokens", "until", "refused_until")
+    __slots__ = ("tokens", "until", "refused_until", "failed_until", "failure")
 
     def __init__(self) -> None:
         self.tokens, self.until, self.refused_until = 0, 0.0, 0.0
+        self.failed_until, self.failure = 0.0, Exception()
 
 
 class FleetLimiter:
@@ -266,6 +268,13 @@ class FleetLimiter:
     rows at once, and every process's leases queued on those rows' locks: under a 3x
     overload, searches spent most of their time there and ran past their budgets. The
     lease is made large enough for the calls waiting on it (up to half the burst).
+
+    A lease that fails (the database away, a bucket row locked past the store's lock
+    timeout) fails the calls that waited on it too, and the calls of the next
+    ``failed_for_s``, without a trip each: the caller (``RequestLimiter``) then limits by
+    the process's own buckets. Otherwise each waiting call would go to the store in turn
+    and wait out the same timeout again, and calls stuck on one key would hold every
+    thread the process has for rate checks.
     """
 
     def __init__(
@@ -275,10 +284,12 @@ class FleetLimiter:
         *,
         lease_s: float = 0.05,
         ttl_s: float = 0.5,
+        failed_for_s: float = 1.0,
         max_keys: int = 100_000,
     ) -> None:
         self._store, self._clock = store, clock
         self._lease_s, self._ttl_s, self._max_keys = lease_s, ttl_s, max_keys
+        self._failed_for_s = failed_for_s
         self._lock = threading.Lock()
         self._grants: OrderedDict[tuple[str, ...], _Grant] = OrderedDict()
         # Buckets some thread is leasing for now, and how many calls wait for that lease.
@@ -286,13 +297,16 @@ class FleetLimiter:
 
     def try_local(self, parts: Sequence[BucketRule]) -> float | None:
         """0.0 when a leased token was spent, the remaining wait when a refusal is still
-        remembered, None when only the store can tell (``take``)."""
+        remembered, None when only the store can tell (``take``). Raises the store's
+        failure while it is remembered."""
         key = tuple(part.name for part in parts)
         now = self._clock()
         with self._lock:
             grant = self._grants.get(key)
             if grant is None:
                 return None
+            if grant.failed_until > now:
+                raise grant.failure
             if grant.refused_until > now:
                 return grant.refused_until - now
             if grant.tokens > 0 and grant.until > now:
@@ -319,6 +333,9 @@ class FleetLimiter:
             lease.done.wait()
         try:
             return self._lease(parts, key, lease)
+        except Exception as exc:
+            self._remember_failure(key, exc)  # before the waiting calls wake
+            raise
         finally:
             with self._lock:
                 del self._leasing[key]
@@ -348,12 +365,21 @@ class FleetLimiter:
             grant.tokens, grant.until, grant.refused_until = live + got - 1, now + self._ttl_s, 0.0
         return 0.0
 
+    def _remember_failure(self, key: tuple[str, ...], exc: Exception) -> None:
+        now = self._clock()
+        with self._lock:
+            grant = self._grants.get(key)
+            if grant is None:
+                self._make_room(now)
+                grant = self._grants[key] = _Grant()
+            grant.failed_until, grant.failure = now + self._failed_for_s, exc
+
     def _make_room(self, now: float) -> None:
         """Drops lapsed grants, oldest first, and beyond ``max_keys`` the oldest anyway
         (what it held lapses early: the fleet admits less, never more). Lock held."""
         while self._grants:
             oldest = next(iter(self._grants.values()))
-            lapsed = oldest.until <= now and oldest.refused_until <= now
+            lapsed = max(oldest.until, oldest.refused_until, oldest.failed_until) <= now
             if not lapsed and len(self._grants) < self._max_keys:
                 return
             self._grants.popitem(last=False)
@@ -426,10 +452,8 @@ class RequestLimiter:
         rules = self._shared_rules(parts)
         if not rules:
             return 0.0
-        if local_only:
-            return self._fleet.try_local(rules)
         try:
-            return self._fleet.take(rules)
+            return self._fleet.try_local(rules) if local_only else self._fleet.take(rules)
         except Exception as exc:
             if not self._store_down(exc):
                 raise

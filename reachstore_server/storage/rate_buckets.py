@@ -14,7 +14,7 @@ import hashlib
 import math
 from collections.abc import Sequence
 
-from sqlalchemy import select, update
+from sqlalchemy import select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -28,6 +28,11 @@ _ATTEMPTS = 20
 _NAME_LEN = 200
 # Float drift must not refuse a caller who waited exactly the advised time.
 _EPSILON = 1e-6
+# The longest a lease waits for another transaction's lock on a bucket row (PostgreSQL).
+# Leases hold their rows for milliseconds; a lock held longer is a process stopped in the
+# middle of one, and the lease fails (OperationalError) so its callers fall back to their
+# process's own buckets (``limits.py``, ``RequestLimiter``) instead of waiting with it.
+LOCK_WAIT_MS = 1000
 
 
 class _Lost(Exception):
@@ -61,6 +66,8 @@ class SqlRateBuckets:
         self, session: Session, rules: dict[str, BucketRule], want: int
     ) -> tuple[int, float]:
         names = sorted(rules)
+        if session.get_bind().dialect.name == "postgresql":
+            session.execute(text(f"SET LOCAL lock_timeout = {LOCK_WAIT_MS}"))
         # On PostgreSQL the rows are locked as they are read, in name order (two leases of
         # overlapping buckets then cannot deadlock), so a lease that comes second waits for
         # the first and reads what it wrote. Without the lock it read the old row, lost the
