@@ -351,12 +351,7 @@ class FleetLimiter:
         got, wait = self._store.lease(parts, want)
         now = self._clock()
         with self._lock:
-            grant = self._grants.get(key)
-            if grant is None:
-                self._make_room(now)
-                grant = self._grants[key] = _Grant()
-            else:
-                self._grants.move_to_end(key)
+            grant = self._grant_of(key, now)
             if got == 0:
                 grant.refused_until = now + wait
                 return wait
@@ -368,11 +363,18 @@ class FleetLimiter:
     def _remember_failure(self, key: tuple[str, ...], exc: Exception) -> None:
         now = self._clock()
         with self._lock:
-            grant = self._grants.get(key)
-            if grant is None:
-                self._make_room(now)
-                grant = self._grants[key] = _Grant()
+            grant = self._grant_of(key, now)
             grant.failed_until, grant.failure = now + self._failed_for_s, exc
+
+    def _grant_of(self, key: tuple[str, ...], now: float) -> _Grant:
+        """The grant of ``key``, made if there is none, as the most recently used. Lock held."""
+        grant = self._grants.get(key)
+        if grant is None:
+            self._make_room(now)
+            grant = self._grants[key] = _Grant()
+        else:
+            self._grants.move_to_end(key)
+        return grant
 
     def _make_room(self, now: float) -> None:
         """Drops lapsed grants, oldest first, and beyond ``max_keys`` the oldest anyway

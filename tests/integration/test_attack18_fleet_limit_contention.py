@@ -13,40 +13,27 @@ of its own. That is what this tries to provoke."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from reachstore_server.storage.engine import make_engine
-from reachstore_server.storage.schema import migrate_to_head
+from tests.integration.limiter_workers import PRELUDE, run_workers
 
 # Counts what a rate admits in wall-clock seconds: run with the machine to itself (the
 # Makefile's "alone" pass).
 pytestmark = pytest.mark.alone
 
-ROOT = Path(__file__).resolve().parents[2]
 PROCESSES = 4
 THREADS = 8
 RUN_SECONDS = 4.0
 RATE, BURST = 10.0, 10
 
-WORKER = """
-import json, logging, sys, threading, time
-from reachstore_server.common.limits import Limits
-from reachstore_server.storage.engine import make_engine, make_sessions
-from reachstore_server.storage.rate_buckets import fleet_limiter
+WORKER = (
+    PRELUDE
+    + """
 
 url, start, seconds, threads, rate, burst = sys.argv[1:7]
 start, seconds = float(start), float(seconds)
-fallbacks = []
-class Count(logging.Handler):
-    def emit(self, record):
-        fallbacks.append(record.getMessage())
-logging.getLogger("reachstore_server.common.limits").addHandler(Count())
 limits = Limits(key_query_rate=float(rate), key_query_burst=int(burst), tenant_query_rate=0)
 limiter = fleet_limiter(limits, make_sessions(make_engine(url)))
 granted = [0] * int(threads)
@@ -61,34 +48,16 @@ for w in workers: w.join()
 print(json.dumps({"granted": sum(granted), "fallbacks": len(fallbacks),
                   "why": fallbacks[:1]}))
 """
+)
 
 
 def test_one_key_hammered_from_four_processes_gets_its_rate_and_no_more(
     database_url: str,
 ) -> None:
     """Covers an attack not tested before; held on SQLite and PostgreSQL when written."""
-    engine = make_engine(database_url)
-    try:
-        migrate_to_head(engine)
-    finally:
-        engine.dispose()
     start = time.time() + 6.0  # every worker imported and connected before the run
     args = [database_url, str(start), str(RUN_SECONDS), str(THREADS), str(RATE), str(BURST)]
-    workers = [
-        subprocess.Popen(
-            [sys.executable, "-c", WORKER, *args],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(PROCESSES)
-    ]
-    results = []
-    for worker in workers:
-        out, err = worker.communicate(timeout=120)
-        assert worker.returncode == 0, err[-2000:]
-        results.append(json.loads(out))
+    results = run_workers(database_url, WORKER, args, PROCESSES)
     granted = sum(r["granted"] for r in results)
     allowed = BURST + RATE * RUN_SECONDS + PROCESSES
     assert granted <= allowed, (

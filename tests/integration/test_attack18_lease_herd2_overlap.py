@@ -15,39 +15,26 @@ Each worker is a real process running the services' own limiter (``fleet_limiter
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from reachstore_server.storage.engine import make_engine
-from reachstore_server.storage.schema import migrate_to_head
+from tests.integration.limiter_workers import PRELUDE, run_workers
 
 # Counts what a rate admits in wall-clock seconds: run with the machine to itself.
 pytestmark = pytest.mark.alone
 
-ROOT = Path(__file__).resolve().parents[2]
 PROCESSES = 4
 THREADS = 8  # per key, per process
 RUN_SECONDS = 4.0
 
-WORKER = """
-import json, logging, sys, threading, time
-from reachstore_server.common.limits import Limits
-from reachstore_server.storage.engine import make_engine, make_sessions
-from reachstore_server.storage.rate_buckets import fleet_limiter
+WORKER = (
+    PRELUDE
+    + """
 
 url, start, seconds, threads, key_rate, key_burst, tenant_rate, tenant_burst = sys.argv[1:9]
 keys = sys.argv[9].split(",")
 start, seconds = float(start), float(seconds)
-fallbacks = []
-class Count(logging.Handler):
-    def emit(self, record):
-        fallbacks.append(record.getMessage())
-logging.getLogger("reachstore_server.common.limits").addHandler(Count())
 limits = Limits(
     key_query_rate=float(key_rate), key_query_burst=int(key_burst),
     tenant_query_rate=float(tenant_rate), tenant_query_burst=int(tenant_burst),
@@ -75,40 +62,14 @@ for w in workers: w.join()
 print(json.dumps({"granted": granted, "fallbacks": len(fallbacks), "why": fallbacks[:1],
                   "errors": errors[:2]}))
 """
+)
 
 
 def _run(database_url: str, key: tuple[float, int], tenant: tuple[float, int], keys: list[str]):
-    engine = make_engine(database_url)
-    try:
-        migrate_to_head(engine)
-    finally:
-        engine.dispose()
     start = time.time() + 6.0  # every worker imported and connected before the run
     args = [database_url, str(start), str(RUN_SECONDS), str(THREADS)]
     args += [str(key[0]), str(key[1]), str(tenant[0]), str(tenant[1]), ",".join(keys)]
-    workers = [
-        subprocess.Popen(
-            [sys.executable, "-c", WORKER, *args],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(PROCESSES)
-    ]
-    results = []
-    try:
-        for worker in workers:
-            # A deadlock between processes would show as a worker that never ends.
-            out, err = worker.communicate(timeout=60)
-            assert worker.returncode == 0, err[-2000:]
-            results.append(json.loads(out))
-    finally:
-        for worker in workers:
-            if worker.poll() is None:
-                worker.kill()
-                worker.wait()
-    return results
+    return run_workers(database_url, WORKER, args, PROCESSES)
 
 
 def test_two_keys_of_one_tenant_from_four_processes_get_the_tenant_rate_and_no_more(

@@ -62,6 +62,13 @@ def _calls_at_once(limiter: RequestLimiter, key: str, count: int) -> tuple[list,
     return threads, outcomes
 
 
+def _still_waiting(threads: list[threading.Thread], deadline: float) -> int:
+    """How many of ``threads`` have not finished by ``deadline`` (time.monotonic())."""
+    for thread in threads:
+        thread.join(timeout=max(0.0, deadline - time.monotonic()))
+    return sum(thread.is_alive() for thread in threads)
+
+
 def _psycopg_url(url: str) -> str:
     return url.replace("postgresql+psycopg://", "postgresql://")
 
@@ -83,10 +90,7 @@ def test_a_bucket_row_locked_by_a_frozen_lease_does_not_hang_the_calls_of_its_ke
             "SELECT tokens FROM rate_buckets WHERE name = %s FOR UPDATE", ("query/key/k-1",)
         )
         threads, outcomes = _calls_at_once(second, "k-1", THREADS)
-        deadline = time.monotonic() + 8.0
-        for thread in threads:
-            thread.join(timeout=max(0.0, deadline - time.monotonic()))
-        stuck = sum(thread.is_alive() for thread in threads)
+        stuck = _still_waiting(threads, time.monotonic() + 8.0)
         assert stuck == 0, (
             f"{stuck} of {THREADS} calls of one key still waiting after 8 s on a bucket row "
             f"another transaction holds; finished: {outcomes}"
@@ -167,10 +171,7 @@ def test_a_locked_sqlite_file_sends_every_waiting_call_to_the_fallback_in_one_ti
         blocker.execute("BEGIN EXCLUSIVE")
         started = time.monotonic()
         threads, outcomes = _calls_at_once(limiter, "k-1", THREADS)
-        deadline = started + 15.0  # one busy timeout (10 s) and some
-        for thread in threads:
-            thread.join(timeout=max(0.0, deadline - time.monotonic()))
-        stuck = sum(thread.is_alive() for thread in threads)
+        stuck = _still_waiting(threads, started + 15.0)  # one busy timeout (10 s) and some
         assert stuck == 0, (
             f"{stuck} of {THREADS} calls still waiting 15 s into a database lock with a "
             f"10 s busy timeout; answered so far: {outcomes}"
