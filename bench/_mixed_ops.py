@@ -172,7 +172,10 @@ def _error(exc: BaseException) -> str:
                 if failure.retry_after_ms > 0
                 else "no-hint"
             )
-            return f"{REFUSED_PREFIX}{failure.error_code} {hint}"
+            # The refusal's reason ("refused at once: <why>; retry in ..."): which of the
+            # admission's rules refused it, for the overload report's account of the tail.
+            why = failure.message.split(";", 1)[0].removeprefix("refused at once: ")[:80]
+            return f"{REFUSED_PREFIX}{failure.error_code} {hint} ({why})"
     if isinstance(exc, grpc.RpcError):
         return f"{exc.code().name}: {(exc.details() or '')[:120]}"  # type: ignore[attr-defined]
     return f"{type(exc).__name__}: {str(exc)[:120]}"

@@ -111,10 +111,15 @@ def report(outcomes: Iterable[Outcome], plan: list[Phase]) -> dict[str, Any]:
         "goodput_share": goodput,
         "recovery_s": recovery_s,
         "recovery_last_window": recovery_why,
+        "refusals_after_drop": _refusals_after(items, after.start),
         "refusals_without_hint": sum(1 for o in everything if "no-hint" in (o.error or "")),
         "other_error_examples": sorted(
             {o.error for o in everything if o.error and not _refused(o)}
         )[:5],
+        "other_error_examples_by_op": {
+            op: sorted({o.error for o in everything if o.op == op and o.error and not _refused(o)})
+            for op in {o.op for o in everything}
+        },
         "other_errors": {
             op: sum(1 for o in everything if o.op == op and o.error is not None and not _refused(o))
             for op in {o.op for o in everything}
@@ -124,6 +129,20 @@ def report(outcomes: Iterable[Outcome], plan: list[Phase]) -> dict[str, Any]:
 
 def _refused(o: Outcome) -> bool:
     return o.error is not None and o.error.startswith(REFUSED_PREFIX)
+
+
+def _refusals_after(items: list[Outcome], drop: float) -> list[dict[str, Any]]:
+    """The refusals of requests scheduled after the load dropped, counted by operation,
+    second after the drop and reason: what kept the recovery from being immediate."""
+    counts: dict[tuple[str, int, str], int] = {}
+    for o in items:
+        if o.scheduled >= drop and _refused(o):
+            key = (o.op, int(o.scheduled - drop), (o.error or "").removeprefix(REFUSED_PREFIX))
+            counts[key] = counts.get(key, 0) + 1
+    return [
+        {"op": op, "second": second, "error": error, "count": count}
+        for (op, second, error), count in sorted(counts.items(), key=lambda kv: kv[0][1])
+    ]
 
 
 def _share(a: float, b: float) -> float:
@@ -209,5 +228,10 @@ def print_overload(r: dict[str, Any], p: Callable[[str], None] = print) -> None:
     )
     if r["recovery_last_window"]:
         p(f"  that window: {r['recovery_last_window']}")
+    for row in r["refusals_after_drop"][:20]:
+        p(
+            f"  refused {row['second']}-{row['second'] + 1} s after the drop: {row['count']} x "
+            f"{row['op']} {row['error']}"
+        )
     for example in r["other_error_examples"]:
         p(f"  other error: {example}")

@@ -258,12 +258,14 @@ def failures(report: dict[str, Any]) -> list[str]:
     out = []
     overload = report.get("overload")
     for op, s in report.get("operations", {}).items():
-        errors = s["errors"]
+        errors, examples = s["errors"], s["error_examples"][:2]
         if overload is not None and op != "ingest.completed":
-            # Under overload, a refusal with a retry hint is the service doing its job.
+            # Under overload, a refusal with a retry hint is the service doing its job: the
+            # failures are the other errors, and so are the examples.
             errors = overload["other_errors"].get(op, 0)
+            examples = overload["other_error_examples_by_op"].get(op, [])[:2]
         if errors:
-            out.append(f"{op}: {errors} errors, e.g. {s['error_examples'][:2]}")
+            out.append(f"{op}: {errors} errors, e.g. {examples}")
     if overload is not None and overload["refusals_without_hint"]:
         out.append(f"{overload['refusals_without_hint']} refusals without a retry hint")
     d = report.get("deliveries")

@@ -26,6 +26,7 @@ import dataclasses
 import json
 import logging
 import random
+import re
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -88,6 +89,10 @@ class _Ready:
     message: pb.AuditEvent
 
 
+# gRPC's own words for a message over the size limit, sent or received.
+_TOO_LARGE = re.compile(r"message larger than max", re.IGNORECASE)
+
+
 def refusal_of(exc: grpc.aio.AioRpcError) -> str | None:
     """Why the audit service will never take what was sent, or None when sending the same
     again may succeed (or when the fault is not in the events at all)."""
@@ -98,9 +103,12 @@ def refusal_of(exc: grpc.aio.AioRpcError) -> str | None:
         status = None
     failures = errors.failures_from_rpc_status(status) if status is not None else []
     if not failures:
-        # A message over the limit is refused by gRPC itself, without our details.
-        if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-            return f"RESOURCE_EXHAUSTED: {exc.details() or 'message too large'}"
+        # A message over the limit is refused by gRPC itself, without our details. gRPC
+        # also answers RESOURCE_EXHAUSTED when a flooded server has too many calls pending
+        # ("Too many pending requests"): that one passes, and the events must not be
+        # quarantined for it.
+        if code == grpc.StatusCode.RESOURCE_EXHAUSTED and _TOO_LARGE.search(exc.details() or ""):
+            return f"RESOURCE_EXHAUSTED: {exc.details()}"
         return None
     first = failures[0]
     # Credentials are the shipper's, not the event's; an unexpected error is not known to

@@ -32,6 +32,10 @@ _DETAILS_KEY = "grpc-status-details-bin"
 _TRANSPORT_ERRORS: dict[grpc.StatusCode, errors.ErrorSpec] = {
     grpc.StatusCode.UNAVAILABLE: errors.SERVICE_UNAVAILABLE,
     grpc.StatusCode.DEADLINE_EXCEEDED: errors.DEADLINE_EXCEEDED,
+    # The bridge never cancels a call it still waits for: a bare CANCELLED is gRPC giving up
+    # on a call the service did not take in time (UNTAKEN_WAIT_OPTION of
+    # reachstore_server/common/grpc_server.py), an overload refused before any work.
+    grpc.StatusCode.CANCELLED: errors.SERVICE_OVERLOADED,
 }
 
 
@@ -128,6 +132,8 @@ def from_rpc_error(exc: grpc.aio.AioRpcError, service: str, request_id: str) -> 
     messages = {
         errors.SERVICE_UNAVAILABLE: f"{short} did not answer; retry after the advised wait",
         errors.DEADLINE_EXCEEDED: f"{short} did not answer within the deadline",
+        errors.SERVICE_OVERLOADED: f"{short} was too busy to take the call in time; retry "
+        "after the advised wait",
     }
     message = messages.get(spec, f"unexpected failure calling {short}; request_id={request_id}")
     failure = errors.make_failure(

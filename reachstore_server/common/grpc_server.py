@@ -13,6 +13,7 @@ import collections
 import dataclasses
 import functools
 import logging
+import math
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -59,6 +60,20 @@ GRPC_OPTIONS = [
 ]
 
 Registrar = Callable[[grpc.aio.Server], None]
+
+# How long a call may wait in gRPC's own queue for the process to take it (seconds, whole);
+# past that gRPC cancels it without any of our code running (docs/OPERATIONS.md, "Load
+# shedding"). Admission bounds the calls a process serves, but it runs in the handler, on
+# the event loop: a process starved of CPU takes calls off its connections slower than they
+# come, and without this bound they waited there until their callers' deadlines (gRPC's own
+# default is 30 s) before admission could refuse them.
+UNTAKEN_WAIT_OPTION = "grpc.server_max_unrequested_time_in_server"
+
+
+def untaken_wait_s(admission: AdmissionLimits) -> int:
+    """As long as a call may wait for a slot (``REACHSTORE_ADMIT_WAIT_MS``), at least 1 s:
+    a call not even taken in that time could not have started in time either."""
+    return max(1, math.ceil(admission.max_wait_s))
 
 
 class _Status(
@@ -423,7 +438,10 @@ def create_server(
         forwarded,
     )
     interceptors = [*otel.server_interceptors(), TraceInterceptor(), _CallGuard(guards)]
-    server = grpc.aio.server(interceptors=interceptors, options=GRPC_OPTIONS)
+    server = grpc.aio.server(
+        interceptors=interceptors,
+        options=[*GRPC_OPTIONS, (UNTAKEN_WAIT_OPTION, untaken_wait_s(admission))],
+    )
     for register in registrars:
         register(server)
     health_servicer = health.aio.HealthServicer()

@@ -46,3 +46,27 @@ def test_a_refusal_after_the_drop_is_behind_whatever_its_speed() -> None:
     result = report(_steady(0, 60, 0.012) + after, PLAN)
     assert result["recovery_s"] == 25.0
     assert "1 refused" in result["recovery_last_window"]
+
+
+def test_refusals_after_the_drop_are_listed_by_second_and_reason() -> None:
+    why = "SERVICE_OVERLOADED retry_after_ms=100 (it could not start in time)"
+    after = _steady(DROP, 300, 0.012)
+    for i in (5, 6, 40):  # 1.0 s, 1.2 s and 8.0 s after the drop
+        after[i] = Outcome("action.submit", after[i].scheduled, 0.001, REFUSED_PREFIX + why)
+    during = [Outcome("action.submit", 100.0, 0.001, REFUSED_PREFIX + why)]  # not listed
+    rows = report(_steady(0, 60, 0.012) + during + after, PLAN)["refusals_after_drop"]
+    assert rows == [
+        {"op": "action.submit", "second": 1, "error": why, "count": 2},
+        {"op": "action.submit", "second": 8, "error": why, "count": 1},
+    ]
+
+
+def test_the_other_errors_of_an_operation_are_its_examples_not_its_refusals() -> None:
+    after = _steady(DROP, 300, 0.012)
+    after[3] = Outcome("action.submit", after[3].scheduled, 0.001, REFUSED_PREFIX + "x")
+    after[4] = Outcome("action.submit", after[4].scheduled, 2.0, "partial answer: coverage 0.75")
+    result = report(_steady(0, 60, 0.012) + after, PLAN)
+    assert result["other_errors"]["action.submit"] == 1
+    assert result["other_error_examples_by_op"]["action.submit"] == [
+        "partial answer: coverage 0.75"
+    ]
