@@ -131,6 +131,9 @@ function categoryFromGrpc(code: Code): { category: CategoryName; retryable: bool
       return { category: "timeout", retryable: true };
     case Code.Unavailable:
     case Code.Aborted:
+    // A service too busy to take a call in time has gRPC cancel it (docs/OPERATIONS.md,
+    // "Load shedding"): an overload, worth a retry.
+    case Code.Canceled:
       return { category: "transient", retryable: true };
     case Code.ResourceExhausted:
       return { category: "quota", retryable: true };

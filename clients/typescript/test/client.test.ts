@@ -6,7 +6,7 @@ import { execFile } from "node:child_process";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { promisify } from "node:util";
-import { Code } from "@connectrpc/connect";
+import { Code, ConnectError } from "@connectrpc/connect";
 import {
   Category,
   ReachstoreError,
@@ -49,6 +49,14 @@ async function waitForTask(clients: ReachstoreClients, taskId: string): Promise<
     await new Promise((resolve) => setTimeout(resolve, Number(task.pollAfterMs ?? 100n)));
   }
 }
+
+describe("statuses without reachstore's details", () => {
+  it("reads a call the service did not take in time (CANCELLED) as a retryable overload", () => {
+    const err = new ReachstoreError(new ConnectError("CANCELLED", Code.Canceled));
+    assert.equal(err.category, "transient");
+    assert.equal(err.retryable, true);
+  });
+});
 
 describe("TypeScript client against reachstore up", () => {
   let system: RunningSystem;
