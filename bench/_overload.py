@@ -105,6 +105,8 @@ def report(outcomes: Iterable[Outcome], plan: list[Phase]) -> dict[str, Any]:
         op: _share(rows[op]["overload"]["served_per_s"], rows[op]["base"]["served_per_s"])
         for op in rows
     }
+    others = [o for o in everything if o.error and not _refused(o)]
+    ops = {o.op for o in everything}
     return {
         "phases": [dataclasses.asdict(p) for p in plan],
         "by_op": rows,
@@ -113,17 +115,11 @@ def report(outcomes: Iterable[Outcome], plan: list[Phase]) -> dict[str, Any]:
         "recovery_last_window": recovery_why,
         "refusals_after_drop": _refusals_after(items, after.start),
         "refusals_without_hint": sum(1 for o in everything if "no-hint" in (o.error or "")),
-        "other_error_examples": sorted(
-            {o.error for o in everything if o.error and not _refused(o)}
-        )[:5],
+        "other_error_examples": sorted({o.error for o in others})[:5],
         "other_error_examples_by_op": {
-            op: sorted({o.error for o in everything if o.op == op and o.error and not _refused(o)})
-            for op in {o.op for o in everything}
+            op: sorted({o.error for o in others if o.op == op}) for op in ops
         },
-        "other_errors": {
-            op: sum(1 for o in everything if o.op == op and o.error is not None and not _refused(o))
-            for op in {o.op for o in everything}
-        },
+        "other_errors": {op: sum(1 for o in others if o.op == op) for op in ops},
     }
 
 

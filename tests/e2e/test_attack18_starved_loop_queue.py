@@ -76,8 +76,7 @@ def _client(address: str, count: int, rate: float, t0: float, out: Any) -> None:
 
 
 def _pause_three_quarters(pid: int, start: float, stop: threading.Event) -> None:
-    while time.time() < start:
-        time.sleep(0.01)
+    time.sleep(max(0.0, start - time.time()))
     try:
         while not stop.is_set():
             os.kill(pid, signal.SIGSTOP)
@@ -164,8 +163,7 @@ def test_calls_left_untaken_are_503s_with_a_wait_at_the_bridge(tmp_path: Path) -
 
     def one_caller(t0: float, stop: threading.Event) -> None:
         with httpx.Client(base_url=system.http_url, timeout=30) as http:
-            while time.time() < t0:
-                time.sleep(0.01)
+            time.sleep(max(0.0, t0 - time.time()))
             while not stop.is_set():
                 answer = http.post(
                     "/api/v1/query", json={"namespaces": ["a", "b"], "query": "rivers"}
