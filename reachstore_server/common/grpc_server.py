@@ -70,6 +70,16 @@ Registrar = Callable[[grpc.aio.Server], None]
 UNTAKEN_WAIT_OPTION = "grpc.server_max_unrequested_time_in_server"
 
 
+# What a caller may send ahead of the service reading it stays gRPC's default per-call window
+# (64 KiB) instead of growing with the measured bandwidth-delay product: calls waiting for
+# admission (or refused by it) are not read (``reads_after_admission``), and with growing
+# windows their callers had sent megabytes each into the process's buffers anyway; a flood
+# of large batches grew an ingest process by 1 GiB and more (tests/e2e/
+# test_attack18_large_bodies.py). The cost: a single large request from a distant caller
+# moves at most 64 KiB per round trip (16 MiB takes 5 s at 20 ms), docs/OPERATIONS.md.
+FIXED_RECEIVE_WINDOW = ("grpc.http2.bdp_probe", 0)
+
+
 def untaken_wait_s(admission: AdmissionLimits) -> int:
     """As long as a call may wait for a slot (``REACHSTORE_ADMIT_WAIT_MS``), at least 1 s:
     a call not even taken in that time could not have started in time either."""
@@ -150,14 +160,20 @@ def _wrap_unary(
     admitted = guards.admitted.get(method)
 
     async def handler(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return await serve(request, False, context)
+
+    async def reading_handler(requests: object, context: grpc.aio.ServicerContext) -> Any:
+        return await serve(None, True, context)
+
+    async def serve(request: Any, reading: bool, context: grpc.aio.ServicerContext) -> Any:
+        """Serves one call: given its ``request``, or ``reading`` it from the call once the
+        call is admitted (``reads_after_admission``)."""
         started = time.perf_counter()
         # How the call ended, for the metrics: (gRPC status name, failure category).
         outcome = ("UNKNOWN", NONE)
         token = None
         audited: AuditedCall | None = None
-        undecodable = request if isinstance(request, _Undecodable) else None
-        if undecodable is not None:
-            request = undecodable.empty  # authenticated and audited like any other call
+        undecodable: _Undecodable | None = None
         who: Caller | None = None
         scope = ""
         ticket: Ticket | None = None
@@ -172,6 +188,11 @@ def _wrap_unary(
                 # other call, not cost a read each before the service asks if it has room.
                 # Before the audit and the work, so a refused call changed nothing.
                 ticket = await admission.enter(method, admitted.kind, context.time_remaining())
+            if reading:
+                request = await _only_request(context)
+            if isinstance(request, _Undecodable):
+                undecodable = request
+                request = undecodable.empty  # authenticated and audited like any other call
             forwarded = guards.forwarded is not None and guards.forwarded(request, metadata)
             if authenticator is not None and authenticator.guards(method):
                 who = authenticator.authenticate(method, metadata)
@@ -242,7 +263,33 @@ def _wrap_unary(
             if metrics is not None:
                 metrics.observe(method, outcome[0], outcome[1], time.perf_counter() - started)
 
-    return handler
+    return handler if not reads_after_admission(admitted, guards) else reading_handler
+
+
+def reads_after_admission(admitted: Admitted | None, guards: Guards) -> bool:
+    """Whether a method's request is read only once the call is admitted. gRPC receives and
+    decodes a unary call's whole request before its handler runs, so calls that add work,
+    whose requests may carry megabytes (a batch of documents, an action's payload), would
+    otherwise all be held in memory, decoded, while they wait to be refused. Served as a
+    client-streaming method, whose handler reads the request when it asks for it, a call
+    admission refuses is never read (the client sends a unary call; on the wire the two are
+    the same). A long poll decides how it is admitted from its request, so it is read first."""
+    return (
+        guards.admission is not None
+        and admitted is not None
+        and admitted.kind == "write"
+        and not admitted.polls
+    )
+
+
+async def _only_request(context: grpc.aio.ServicerContext) -> Any:
+    """The one request of a unary call served as client-streaming. Read from the context,
+    not the request iterator: an iterator left after its first message kept the call's
+    state, and the request with it, alive after the call had ended."""
+    request = await context.read()
+    if request is grpc.aio.EOF:
+        raise errors.invalid("request", "the call carried no request message")
+    return request
 
 
 def _abandoned(context: grpc.aio.ServicerContext) -> tuple[str, str]:
@@ -314,16 +361,23 @@ class _CallGuard(grpc.aio.ServerInterceptor):
         handler = await continuation(handler_call_details)
         if handler is None or handler.unary_unary is None:
             return handler
+        method = handler_call_details.method
+        wrapped = _wrap_unary(
+            handler.unary_unary,
+            method,
+            self._guards,
+            tuple(handler_call_details.invocation_metadata or ()),
+        )
+        deserializer = _tolerant(handler.request_deserializer, method)
+        if reads_after_admission(self._guards.admitted.get(method), self._guards):
+            return grpc.stream_unary_rpc_method_handler(
+                wrapped,
+                request_deserializer=deserializer,
+                response_serializer=handler.response_serializer,
+            )
         return grpc.unary_unary_rpc_method_handler(
-            _wrap_unary(
-                handler.unary_unary,
-                handler_call_details.method,
-                self._guards,
-                tuple(handler_call_details.invocation_metadata or ()),
-            ),
-            request_deserializer=_tolerant(
-                handler.request_deserializer, handler_call_details.method
-            ),
+            wrapped,
+            request_deserializer=deserializer,
             response_serializer=handler.response_serializer,
         )
 
@@ -440,7 +494,11 @@ def create_server(
     interceptors = [*otel.server_interceptors(), TraceInterceptor(), _CallGuard(guards)]
     server = grpc.aio.server(
         interceptors=interceptors,
-        options=[*GRPC_OPTIONS, (UNTAKEN_WAIT_OPTION, untaken_wait_s(admission))],
+        options=[
+            *GRPC_OPTIONS,
+            (UNTAKEN_WAIT_OPTION, untaken_wait_s(admission)),
+            FIXED_RECEIVE_WINDOW,
+        ],
     )
     for register in registrars:
         register(server)
