@@ -14,10 +14,11 @@ work (a document, an action, an audit event), so queries keep being answered whi
 work waits or is refused.
 
 What a call costs is estimated per method, as the median of its last ``_RECENT`` call
-times: a median, so a few slow calls (a heavy filter, a huge namespace) do not make every
-call of the method look slow, and per method, so cheap look-ups do not make searches look
-cheap. With calls in flight and waiting that cost ``c1, c2, ...`` and ``limit`` slots, a
-new call starts after about ``(c1 + c2 + ...) / limit`` seconds. A call is refused at once
+times within the last minute, not counting calls their callers abandoned (``grpc_server``):
+a median, so a few slow calls (a heavy filter, a huge namespace) do not make every call of
+the method look slow, and per method, so cheap look-ups do not make searches look cheap.
+With calls in flight and waiting that cost ``c1, c2, ...`` and ``limit`` slots, a new call
+starts after about ``(c1 + c2 + ...) / limit`` seconds. A call is refused at once
 when that start leaves it less than its own cost before its deadline (or past the longest
 wait allowed), and when its deadline is nearer than its cost even with a slot free; a call
 that waited for its slot is checked again when it gets it.
@@ -41,6 +42,10 @@ Kind = Literal["read", "write"]
 # Call times kept per method for its median: enough that a handful of outliers do not move
 # it, few enough that it follows a change of load within a few dozen calls.
 _RECENT = 32
+# A call time older than this no longer counts: a method timed only while something was
+# slow (a database failing over, a stalled disk) would otherwise look that slow for good,
+# since calls refused as too slow for their deadlines are never timed to show it is over.
+_FORGET_AFTER_S = 60.0
 # The cost of a method never timed yet (a query's order of magnitude).
 _FIRST_GUESS_S = 0.05
 # The shortest wait a refusal advises: sooner than this, the retry finds the same backlog.
@@ -83,7 +88,8 @@ class Admission:
         self._limits = limits
         self._clock = clock
         self._served: list[Ticket] = []
-        self._times: dict[str, collections.deque[float]] = {}
+        # Per method: (when the call ended, how long it took), oldest first.
+        self._times: dict[str, collections.deque[tuple[float, float]]] = {}
         self._waiting: dict[Kind, collections.deque[_Waiter]] = {
             "read": collections.deque(),
             "write": collections.deque(),
@@ -98,9 +104,15 @@ class Admission:
         return len(self._waiting["read"]) + len(self._waiting["write"])
 
     def cost(self, method: str) -> float | None:
-        """The median time of the method's recent calls; None before its first."""
+        """The median time of the method's recent calls; None before its first, or when
+        its last ended ``_FORGET_AFTER_S`` ago."""
         times = self._times.get(method)
-        return statistics.median(times) if times else None
+        if not times:
+            return None
+        too_old = self._clock() - _FORGET_AFTER_S
+        while times and times[0][0] < too_old:
+            times.popleft()
+        return statistics.median(took for _, took in times) if times else None
 
     async def enter(self, method: str, kind: Kind, time_remaining: float | None) -> Ticket:
         """A slot for one call of ``method``, now or after a wait it can afford; otherwise
@@ -150,7 +162,7 @@ class Admission:
         now = self._clock()
         if served:
             times = self._times.setdefault(ticket.method, collections.deque(maxlen=_RECENT))
-            times.append(max(now - ticket.started, 0.0))
+            times.append((now, max(now - ticket.started, 0.0)))
         self._served.remove(ticket)
         for kind in ("read", "write"):
             queue = self._waiting[kind]

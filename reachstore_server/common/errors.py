@@ -600,8 +600,9 @@ REQUEST_TOO_SLOW = _entry(
     "REQUEST_TOO_SLOW",
     _TO,
     _S.DEADLINE_EXCEEDED,
-    "The HTTP request head or body did not arrive within the bridge's deadline; the "
-    "connection is closed. structured_data says which part and the deadline.",
+    "The request did not arrive in time: an HTTP request's head or body within the "
+    "bridge's deadline (the connection is closed), or a gRPC call's message within the "
+    "service's. structured_data says which part and the deadline.",
     retry_after_ms=1000,
     bridge_http_status=408,
 )

@@ -46,6 +46,7 @@ from reachstore_server.common.admission import (
 )
 from reachstore_server.common.auth import Authenticator, Caller, scopes_by_method
 from reachstore_server.common.limits import CallKind, RequestLimiter
+from reachstore_server.common.request_reads import RequestReads
 from reachstore_server.common.rpc_metrics import NONE, RpcMetrics, category_name, partial_category
 from reachstore_server.common.tls import PLAIN, TlsFiles
 from reachstore_server.common.tracing import TraceInterceptor
@@ -142,6 +143,10 @@ class Guards:
     admission: Admission | None = None
     # The methods ``admission`` bounds, and whether each is a read or a write.
     admitted: Mapping[str, Admitted] = dataclasses.field(default_factory=dict)
+    # Requests of calls that add work being read (``request_reads.py``).
+    reads: RequestReads = dataclasses.field(
+        default_factory=lambda: RequestReads(DEFAULT_LIMITS.concurrency)
+    )
     # Whether a call is one another member of the deployment forwarded, signed, after it
     # charged and audited the caller's call itself (reachstore_server/query/shards/): such a
     # call is authenticated and admitted, but neither charged nor audited again.
@@ -166,8 +171,8 @@ def _wrap_unary(
         return await serve(None, True, context)
 
     async def serve(request: Any, reading: bool, context: grpc.aio.ServicerContext) -> Any:
-        """Serves one call: given its ``request``, or ``reading`` it from the call once the
-        call is admitted (``reads_after_admission``)."""
+        """Serves one call: given its ``request``, or ``reading`` it from the call first
+        (``reads_after_admission``)."""
         started = time.perf_counter()
         # How the call ended, for the metrics: (gRPC status name, failure category).
         outcome = ("UNKNOWN", NONE)
@@ -177,7 +182,10 @@ def _wrap_unary(
         who: Caller | None = None
         scope = ""
         ticket: Ticket | None = None
+        abandoned = False
         try:
+            if reading:
+                request = await guards.reads.read(context)
             if (
                 admission is not None
                 and admitted is not None
@@ -188,8 +196,6 @@ def _wrap_unary(
                 # other call, not cost a read each before the service asks if it has room.
                 # Before the audit and the work, so a refused call changed nothing.
                 ticket = await admission.enter(method, admitted.kind, context.time_remaining())
-            if reading:
-                request = await _only_request(context)
             if isinstance(request, _Undecodable):
                 undecodable = request
                 request = undecodable.empty  # authenticated and audited like any other call
@@ -226,6 +232,7 @@ def _wrap_unary(
                 outcome = (code.name if isinstance(code, grpc.StatusCode) else "UNKNOWN", NONE)
             raise
         except asyncio.CancelledError:
+            abandoned = True
             outcome = _abandoned(context)
             # The caller gave up (its deadline ran out, or it cancelled) while the call was
             # under way, perhaps after a change had reached the outside world: the trail
@@ -257,7 +264,10 @@ def _wrap_unary(
             )
         finally:
             if ticket is not None and admission is not None:
-                admission.leave(ticket)
+                # An abandoned call's time says how long its caller waited, not what the
+                # call costs: a caller that opened calls and dropped them would otherwise
+                # make the method look too slow for every deadline.
+                admission.leave(ticket, served=not abandoned)
             if token is not None:
                 identity.reset_caller(token)
             if metrics is not None:
@@ -267,29 +277,16 @@ def _wrap_unary(
 
 
 def reads_after_admission(admitted: Admitted | None, guards: Guards) -> bool:
-    """Whether a method's request is read only once the call is admitted. gRPC receives and
-    decodes a unary call's whole request before its handler runs, so calls that add work,
-    whose requests may carry megabytes (a batch of documents, an action's payload), would
-    otherwise all be held in memory, decoded, while they wait to be refused. Served as a
-    client-streaming method, whose handler reads the request when it asks for it, a call
-    admission refuses is never read (the client sends a unary call; on the wire the two are
-    the same). A long poll decides how it is admitted from its request, so it is read first."""
+    """Whether a method's request is read by its handler, within the bounds of
+    ``request_reads.py``, instead of by gRPC before any handler runs: the methods that add
+    work, whose requests may carry megabytes (a batch of documents, an action's payload).
+    Long polls are reads and are not among them."""
     return (
         guards.admission is not None
         and admitted is not None
         and admitted.kind == "write"
         and not admitted.polls
     )
-
-
-async def _only_request(context: grpc.aio.ServicerContext) -> Any:
-    """The one request of a unary call served as client-streaming. Read from the context,
-    not the request iterator: an iterator left after its first message kept the call's
-    state, and the request with it, alive after the call had ended."""
-    request = await context.read()
-    if request is grpc.aio.EOF:
-        raise errors.invalid("request", "the call carried no request message")
-    return request
 
 
 def _abandoned(context: grpc.aio.ServicerContext) -> tuple[str, str]:
@@ -489,7 +486,8 @@ def create_server(
         metrics,
         Admission(admission),
         _admitted_methods(names),
-        forwarded,
+        forwarded=forwarded,
+        reads=RequestReads(admission.concurrency),
     )
     interceptors = [*otel.server_interceptors(), TraceInterceptor(), _CallGuard(guards)]
     server = grpc.aio.server(

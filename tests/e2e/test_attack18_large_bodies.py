@@ -46,7 +46,7 @@ SECONDS = 10.0
 DEADLINE_S = 30.0
 # Admission serves 16 calls at once (AdmissionLimits.concurrency); each holds its request's
 # bytes and their decoded copy, with room for the allocator. Measured before requests were
-# read after admission: from 228 MiB to a peak of 2,050 MiB, 1,628 MiB kept after the flood,
+# read by the guard (reachstore_server/common/request_reads.py): from 228 MiB to a peak of 2,050 MiB, 1,628 MiB kept after the flood,
 # small calls up to 3.6 s; after: a peak of 535 MiB, 266 MiB kept, small calls 0.86 s.
 PEAK_GROWTH_MIB = 16 * BATCH_MIB * 4
 KEPT_GROWTH_MIB = 256

@@ -140,3 +140,22 @@ def test_a_waiter_cancelled_as_its_slot_arrives_loses_no_slot() -> None:
         assert admission.in_flight == 0
 
     asyncio.run(run())
+
+
+def test_a_method_timed_only_while_it_was_slow_is_forgotten_after_a_minute() -> None:
+    """Calls refused as too slow for their deadlines are never timed, so without forgetting,
+    a method timed only during a slow spell (a database failing over) stayed "too slow"
+    for every deadline under that time, for good."""
+    clock = Clock()
+    admission = Admission(AdmissionLimits(concurrency=2), clock)
+    _served(admission, clock, 30.0)
+
+    async def run() -> None:
+        with pytest.raises(errors.ReachstoreError) as refused:
+            await admission.enter("m", "write", 10.0)
+        assert "deadline is nearer" in refused.value.failure.message
+        clock.now += 61.0
+        assert admission.cost("m") is None
+        admission.leave(await admission.enter("m", "write", 10.0))
+
+    asyncio.run(run())
