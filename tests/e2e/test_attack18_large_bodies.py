@@ -44,10 +44,11 @@ DOCS, DOC_BYTES = 16, 512 * 1024  # 8 MiB a batch, within the 16 MiB a batch may
 BATCH_MIB = DOCS * DOC_BYTES / 2**20
 SECONDS = 10.0
 DEADLINE_S = 30.0
-# Admission serves 16 calls at once (AdmissionLimits.concurrency); each holds its request's
-# bytes and their decoded copy, with room for the allocator. Measured before requests were
-# read by the guard (reachstore_server/common/request_reads.py): from 228 MiB to a peak of 2,050 MiB, 1,628 MiB kept after the flood,
-# small calls up to 3.6 s; after: a peak of 535 MiB, 266 MiB kept, small calls 0.86 s.
+# At most 16 requests are read at once and 16 calls served (REACHSTORE_ADMIT_CONCURRENCY);
+# each holds its request's bytes and their decoded copy, with room for the allocator.
+# Measured before the guard read these requests (reachstore_server/common/request_reads.py):
+# from 228 MiB to a peak of 2,050 MiB, 1,628 MiB kept after the flood, small calls up to
+# 3.6 s; after: a peak of 535-565 MiB, 266-361 MiB kept, small calls 0.86-1.47 s.
 PEAK_GROWTH_MIB = 16 * BATCH_MIB * 4
 KEPT_GROWTH_MIB = 256
 # Admission's longest wait (1 s) and a lookup's own time, on a machine shared with the flood.
