@@ -186,6 +186,11 @@ def _wrap_unary(
         try:
             if reading:
                 request = await guards.reads.read(context)
+            if isinstance(request, _Undecodable):
+                # Authenticated and audited like any other call (as an empty request),
+                # then refused naming the field; admission reads ``wait_ms`` of it too.
+                undecodable = request
+                request = undecodable.empty
             if (
                 admission is not None
                 and admitted is not None
@@ -196,9 +201,6 @@ def _wrap_unary(
                 # other call, not cost a read each before the service asks if it has room.
                 # Before the audit and the work, so a refused call changed nothing.
                 ticket = await admission.enter(method, admitted.kind, context.time_remaining())
-            if isinstance(request, _Undecodable):
-                undecodable = request
-                request = undecodable.empty  # authenticated and audited like any other call
             forwarded = guards.forwarded is not None and guards.forwarded(request, metadata)
             if authenticator is not None and authenticator.guards(method):
                 who = authenticator.authenticate(method, metadata)

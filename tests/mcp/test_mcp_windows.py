@@ -50,13 +50,16 @@ def test_the_next_hours_page_is_sent(
 ) -> None:
     clock = tmp_path / "clock"
     ticket, entity = ticket_for("PAGE")
-    nine = today_at(9, 20)
+    # Yesterday's hours: the reach service keeps real time, and keys the second call by
+    # the hour it really is; were that 09:xx today, it would be the rewritten first call's
+    # hour, and the reach service would rightly take the two as one.
+    nine, ten = today_at(9, 20, days_back=1), today_at(10, 40, days_back=1)
 
     async def run() -> tuple[Any, Any]:
         async with clocked(system, keys["agent"], clock) as client:
             first = await send_at(client, clock, nine, "send_pager", entity, ticket)
             as_if_made_at(system, [first["task_id"]], nine)
-            later = await send_at(client, clock, today_at(10, 40), "send_pager", entity, ticket)
+            later = await send_at(client, clock, ten, "send_pager", entity, ticket)
             return first, later
 
     first, later = asyncio.run(run())
