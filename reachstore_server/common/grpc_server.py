@@ -12,11 +12,12 @@ import asyncio
 import collections
 import dataclasses
 import functools
+import inspect
 import logging
 import math
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 import grpc
@@ -73,7 +74,7 @@ UNTAKEN_WAIT_OPTION = "grpc.server_max_unrequested_time_in_server"
 
 # What a caller may send ahead of the service reading it stays gRPC's default per-call window
 # (64 KiB) instead of growing with the measured bandwidth-delay product: calls waiting for
-# admission (or refused by it) are not read (``reads_after_admission``), and with growing
+# a place to be read (or refused) are not read (``request_reads.py``), and with growing
 # windows their callers had sent megabytes each into the process's buffers anyway; a flood
 # of large batches grew an ingest process by 1 GiB and more (tests/e2e/
 # test_attack18_large_bodies.py). The cost: a single large request from a distant caller
@@ -143,9 +144,9 @@ class Guards:
     admission: Admission | None = None
     # The methods ``admission`` bounds, and whether each is a read or a write.
     admitted: Mapping[str, Admitted] = dataclasses.field(default_factory=dict)
-    # Requests of calls that add work being read (``request_reads.py``).
+    # The requests being read (``request_reads.py``).
     reads: RequestReads = dataclasses.field(
-        default_factory=lambda: RequestReads(DEFAULT_LIMITS.concurrency)
+        default_factory=lambda: RequestReads(DEFAULT_LIMITS.concurrency, DEFAULT_LIMITS.max_wait_s)
     )
     # Whether a call is one another member of the deployment forwarded, signed, after it
     # charged and audited the caller's call itself (reachstore_server/query/shards/): such a
@@ -163,16 +164,11 @@ def _wrap_unary(
     metrics = guards.metrics
     admission = guards.admission
     admitted = guards.admitted.get(method)
+    kind: Kind = admitted.kind if admitted is not None else "read"
 
-    async def handler(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        return await serve(request, False, context)
-
-    async def reading_handler(requests: object, context: grpc.aio.ServicerContext) -> Any:
-        return await serve(None, True, context)
-
-    async def serve(request: Any, reading: bool, context: grpc.aio.ServicerContext) -> Any:
-        """Serves one call: given its ``request``, or ``reading`` it from the call first
-        (``reads_after_admission``)."""
+    async def handler(requests: object, context: grpc.aio.ServicerContext) -> Any:
+        """Serves one call, reading its request first (``request_reads.py``; served as a
+        client-streaming call, ``requests`` is left unread)."""
         started = time.perf_counter()
         # How the call ended, for the metrics: (gRPC status name, failure category).
         outcome = ("UNKNOWN", NONE)
@@ -184,8 +180,7 @@ def _wrap_unary(
         ticket: Ticket | None = None
         abandoned = False
         try:
-            if reading:
-                request = await guards.reads.read(context)
+            request = await guards.reads.read(context, kind)
             if isinstance(request, _Undecodable):
                 # Authenticated and audited like any other call (as an empty request),
                 # then refused naming the field; admission reads ``wait_ms`` of it too.
@@ -275,20 +270,7 @@ def _wrap_unary(
             if metrics is not None:
                 metrics.observe(method, outcome[0], outcome[1], time.perf_counter() - started)
 
-    return handler if not reads_after_admission(admitted, guards) else reading_handler
-
-
-def reads_after_admission(admitted: Admitted | None, guards: Guards) -> bool:
-    """Whether a method's request is read by its handler, within the bounds of
-    ``request_reads.py``, instead of by gRPC before any handler runs: the methods that add
-    work, whose requests may carry megabytes (a batch of documents, an action's payload).
-    Long polls are reads and are not among them."""
-    return (
-        guards.admission is not None
-        and admitted is not None
-        and admitted.kind == "write"
-        and not admitted.polls
-    )
+    return handler
 
 
 def _abandoned(context: grpc.aio.ServicerContext) -> tuple[str, str]:
@@ -358,27 +340,70 @@ class _CallGuard(grpc.aio.ServerInterceptor):
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
         handler = await continuation(handler_call_details)
-        if handler is None or handler.unary_unary is None:
+        if handler is None:
             return handler
         method = handler_call_details.method
+        if handler.unary_unary is None:
+            return _streaming_read_within_bounds(handler, self._guards.reads)
         wrapped = _wrap_unary(
             handler.unary_unary,
             method,
             self._guards,
             tuple(handler_call_details.invocation_metadata or ()),
         )
-        deserializer = _tolerant(handler.request_deserializer, method)
-        if reads_after_admission(self._guards.admitted.get(method), self._guards):
-            return grpc.stream_unary_rpc_method_handler(
-                wrapped,
-                request_deserializer=deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        return grpc.unary_unary_rpc_method_handler(
+        # Client-streaming on our side, unary on the wire: the handler reads the request
+        # itself, within bounds (``request_reads.py``), where gRPC would read it whole
+        # before any of our code ran.
+        return grpc.stream_unary_rpc_method_handler(
             wrapped,
-            request_deserializer=deserializer,
+            request_deserializer=_tolerant(handler.request_deserializer, method),
             response_serializer=handler.response_serializer,
         )
+
+
+def _streaming_read_within_bounds(
+    handler: grpc.RpcMethodHandler, reads: RequestReads
+) -> grpc.RpcMethodHandler:
+    """A streaming method (health's ``Watch``, reflection) served so that each of its
+    requests is read within the bounds of ``request_reads.py`` too: gRPC reads a
+    streaming call's messages as they come, as it does a unary call's, and calls that never
+    finished sending theirs grew a process without bound
+    (tests/e2e/test_attack18_partial_requests.py). Their requests are reads."""
+
+    async def requests(context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        while (request := await reads.read(context, "read", end_allowed=True)) is not grpc.aio.EOF:
+            yield request
+
+    async def serve(behavior: Any, context: grpc.aio.ServicerContext) -> None:
+        try:
+            replies = await behavior if inspect.isawaitable(behavior) else behavior
+            if inspect.isasyncgen(replies):
+                async for reply in replies:
+                    await context.write(reply)
+        except errors.ReachstoreError as exc:
+            await abort_with(context, exc)
+
+    async def one_request(_: object, context: grpc.aio.ServicerContext) -> None:
+        try:
+            request = await reads.read(context, "read")
+        except errors.ReachstoreError as exc:
+            await abort_with(context, exc)
+        await serve(handler.unary_stream(request, context), context)
+
+    async def many_requests(_: object, context: grpc.aio.ServicerContext) -> None:
+        await serve(handler.stream_stream(requests(context), context), context)
+
+    if handler.unary_stream is not None:
+        behavior = one_request
+    elif handler.stream_stream is not None:
+        behavior = many_requests
+    else:  # client-streaming with one reply: none is served here
+        return handler
+    return grpc.stream_stream_rpc_method_handler(
+        behavior,
+        request_deserializer=handler.request_deserializer,
+        response_serializer=handler.response_serializer,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -489,7 +514,7 @@ def create_server(
         Admission(admission),
         _admitted_methods(names),
         forwarded=forwarded,
-        reads=RequestReads(admission.concurrency),
+        reads=RequestReads(admission.concurrency, admission.max_wait_s),
     )
     interceptors = [*otel.server_interceptors(), TraceInterceptor(), _CallGuard(guards)]
     server = grpc.aio.server(

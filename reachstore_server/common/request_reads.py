@@ -1,31 +1,37 @@
-"""Reading the requests of calls that add work, before admission, within bounds.
+"""Reading every call's request in its handler, before admission, within bounds.
 
-gRPC receives and decodes a unary call's whole request before its handler runs, so a flood
-of large batches was held in memory, decoded, while it waited for admission to refuse it
-(tests/e2e/test_attack18_large_bodies.py). The methods that add work are served instead as
-client-streaming calls (the caller's unary call is the same on the wire) whose handler
-reads the request itself (``grpc_server.reads_after_admission``), here:
+gRPC receives and decodes a unary call's whole request before its handler runs, and it
+reads as long as the caller sends: a flood of large batches was held in memory, decoded,
+while it waited for admission to refuse it (tests/e2e/test_attack18_large_bodies.py), and a
+caller that declared large requests and never finished sending them grew a process by a
+gigabyte that stayed (tests/e2e/test_attack18_partial_requests.py). Every unary method is
+served instead as a client-streaming call (the caller's unary call is the same on the
+wire) whose handler reads the request itself, here:
 
-- at most ``limit`` requests are being read at once; a call beyond that is refused at once
-  with ``SERVICE_OVERLOADED`` and never read, so the memory of requests not yet admitted
-  is bounded by the limit times the largest message;
+- at most ``limit`` requests of each kind (reads, calls that add work) are being read at
+  once, so the memory of requests not yet admitted is bounded by twice the limit times the
+  largest message; a call beyond that waits unread (gRPC's fixed window, 64 KiB, is all its
+  caller may send meanwhile) for as long as admission would let it wait, then is refused
+  with ``SERVICE_OVERLOADED``;
 - a request must arrive within ``READ_S``: a caller that opens a call and sends its body
   slowly, or never, ends with ``REQUEST_TOO_SLOW`` and frees its place.
 
 Reading happens before admission, not inside an admitted slot: a caller that never sends
 its body held every slot that way and every read of the service was refused while it did
-(tests/unit/test_request_reads.py). Now it can hold at most this bound, and only calls that
-add work wait behind it; reads are served as before.
+(tests/unit/test_request_reads.py). Each kind has places of its own, so a flood of stalled
+batches does not hold up reads, and the reverse.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 from typing import Any
 
 import grpc
 
 from reachstore_server.common import errors
+from reachstore_server.common.admission import Kind
 
 # How long a request may take to arrive once its call is being read: a 16 MiB batch
 # crosses a 20 ms link in about 5 s with gRPC's fixed window (docs/OPERATIONS.md).
@@ -36,24 +42,33 @@ _RETRY_AFTER_MS = 1000
 
 
 class RequestReads:
-    """The calls of one process whose requests are being read; used on its event loop."""
+    """The calls of one process whose requests are being read; used on its event loop.
+    ``wait_s``: how long a call waits for a place to be read in."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, wait_s: float) -> None:
         self._limit = limit
-        self.reading = 0
+        self._wait_s = wait_s
+        self.reading: dict[Kind, int] = {"read": 0, "write": 0}
+        self._waiting: dict[Kind, collections.deque[asyncio.Future[None]]] = {
+            "read": collections.deque(),
+            "write": collections.deque(),
+        }
 
-    async def read(self, context: grpc.aio.ServicerContext) -> Any:
-        """The call's one request, decoded; refused at once when ``limit`` are being read,
-        ``REQUEST_TOO_SLOW`` when it has not arrived within ``READ_S``."""
-        if self.reading >= self._limit:
+    async def read(
+        self, context: grpc.aio.ServicerContext, kind: Kind, *, end_allowed: bool = False
+    ) -> Any:
+        """The call's next request, decoded; refused when no place to read it came free
+        within ``wait_s``, ``REQUEST_TOO_SLOW`` when it has not arrived within
+        ``READ_S``. The end of the caller's requests is ``grpc.aio.EOF`` where
+        ``end_allowed`` (a stream of requests), and refused where a request is due."""
+        if not await self._take(kind):
             raise errors.ReachstoreError(
                 errors.SERVICE_OVERLOADED,
-                f"refused at once: {self._limit} requests are being received; retry in "
-                f"{_RETRY_AFTER_MS / 1000:.3f} s",
+                f"refused: {self._limit} requests of this kind are being received; retry "
+                f"in {_RETRY_AFTER_MS / 1000:.3f} s",
                 retry_after_ms=_RETRY_AFTER_MS,
                 structured_data={"limit": self._limit, "reason": "requests_being_read"},
             )
-        self.reading += 1
         try:
             # From the context, not the request iterator: an iterator left after its first
             # message kept the call's state, and the request with it, alive after the call
@@ -66,7 +81,40 @@ class RequestReads:
                 structured_data={"part": "message", "timeout_s": READ_S},
             ) from None
         finally:
-            self.reading -= 1
-        if request is grpc.aio.EOF:
+            self._give_back(kind)
+        if request is grpc.aio.EOF and not end_allowed:
             raise errors.invalid("request", "the call carried no request message")
         return request
+
+    async def _take(self, kind: Kind) -> bool:
+        """A place to read a request of ``kind``: at once, or handed over by a read that
+        ended within ``wait_s``, first come first served. False when none came."""
+        waiting = self._waiting[kind]
+        if self.reading[kind] < self._limit and not waiting:
+            self.reading[kind] += 1
+            return True
+        handed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiting.append(handed)
+        try:
+            await asyncio.wait_for(handed, self._wait_s)
+            return True
+        except TimeoutError:
+            # Handed over just as the wait ran out: the place is this call's all the same.
+            return handed.done() and not handed.cancelled()
+        except asyncio.CancelledError:
+            if handed.done() and not handed.cancelled():
+                self._give_back(kind)  # the caller left with the place it was handed
+            raise
+        finally:
+            if handed in waiting:
+                waiting.remove(handed)
+
+    def _give_back(self, kind: Kind) -> None:
+        """Hands the place to the first call still waiting, or frees it."""
+        waiting = self._waiting[kind]
+        while waiting:
+            handed = waiting.popleft()
+            if not handed.done():
+                handed.set_result(None)
+                return
+        self.reading[kind] -= 1
