@@ -29,6 +29,7 @@ from starlette.types import Receive, Scope, Send
 
 from reachstore_server.bridge import error_responses, http_body, json_codec
 from reachstore_server.bridge.backends import DEFAULT_SERVICES, Backends, backend_addresses
+from reachstore_server.bridge.body_budget import BodyBudget
 from reachstore_server.bridge.console import PREFIX as CONSOLE_PREFIX
 from reachstore_server.bridge.console import Console
 from reachstore_server.bridge.error_responses import JsonResponse
@@ -96,6 +97,7 @@ class Bridge:
         self.deadline_s = deadline_s
         self.readiness_timeout_s = readiness_timeout_s
         self.max_body_bytes = max_body_bytes
+        self.bodies = BodyBudget()
         # Rendered once: the document only changes when the descriptors do.
         self._openapi = json.dumps(build_openapi(table), separators=(",", ":")).encode()
         self._builtins: dict[str, dict[str, Handler]] = {
@@ -164,6 +166,14 @@ class Bridge:
         return await self._call(request, match.route, match.path_params, request_id)
 
     async def _call(
+        self, request: Request, route: Route, path_params: dict[str, str], request_id: str
+    ) -> Response:
+        declared = http_body.declared_length(request)
+        chunked = "transfer-encoding" in request.headers
+        async with self.bodies.room_for(declared, chunked, self.max_body_bytes):
+            return await self._call_with_room(request, route, path_params, request_id)
+
+    async def _call_with_room(
         self, request: Request, route: Route, path_params: dict[str, str], request_id: str
     ) -> Response:
         raw = await http_body.read_body(request, self.max_body_bytes)

@@ -60,7 +60,7 @@ def _unsupported(content_type: str | None, *, empty: bool = False) -> errors.Rea
     )
 
 
-def _declared_length(request: Request) -> int | None:
+def declared_length(request: Request) -> int | None:
     raw = request.headers.get("content-length")
     if raw is None:
         return None
@@ -77,7 +77,7 @@ async def read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
     type, a web page of any origin can send a POST without the browser asking the server
     first (a CORS "simple" request). application/json makes the browser ask, and the
     bridge never says yes to another origin."""
-    declared = _declared_length(request)
+    declared = declared_length(request)
     if declared is not None and declared > limit:
         raise _too_large(limit, declared, at_least=False)
     content_type = request.headers.get("content-type")
