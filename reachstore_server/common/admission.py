@@ -188,11 +188,16 @@ class Admission:
         work += sum(self._cost_or_guess(w.method) for w in ahead)
         return work / self._limits.concurrency
 
+    def drain_s(self) -> float:
+        """How long the calls served and waiting take to drain, at least ``_MIN_RETRY_S``:
+        the wait a refusal advises."""
+        everyone = [*self._waiting["read"], *self._waiting["write"]]
+        return max(self._start_in(everyone), _MIN_RETRY_S)
+
     def _refusal(self, why: str) -> errors.ReachstoreError:
         # The wait is all a caller needs. How many calls the process serves and queues is
         # every tenant's traffic, so it stays in the metrics and out of the refusal.
-        everyone = [*self._waiting["read"], *self._waiting["write"]]
-        drain_s = max(self._start_in(everyone), _MIN_RETRY_S)
+        drain_s = self.drain_s()
         return errors.ReachstoreError(
             errors.SERVICE_OVERLOADED,
             f"refused at once: {why}; retry in {drain_s:.3f} s",

@@ -180,22 +180,26 @@ def _wrap_unary(
         ticket: Ticket | None = None
         abandoned = False
         try:
-            request = await guards.reads.read(context, kind)
-            if isinstance(request, _Undecodable):
-                # Authenticated and audited like any other call (as an empty request),
-                # then refused naming the field; admission reads ``wait_ms`` of it too.
-                undecodable = request
-                request = undecodable.empty
-            if (
-                admission is not None
-                and admitted is not None
-                and not (admitted.polls and request.wait_ms > 0)
-            ):
-                # First of all: looking up the caller's key and charging its rate are reads
-                # of the database too, and a flood of made-up keys must be shed like any
-                # other call, not cost a read each before the service asks if it has room.
-                # Before the audit and the work, so a refused call changed nothing.
-                ticket = await admission.enter(method, admitted.kind, context.time_remaining())
+            # The request's place is held until admission has taken or refused the call.
+            async with guards.reads.held(context, kind) as request:
+                if request is grpc.aio.EOF:
+                    raise errors.invalid("request", "the call carried no request message")
+                if isinstance(request, _Undecodable):
+                    # Authenticated and audited like any other call (as an empty request),
+                    # then refused naming the field; admission reads ``wait_ms`` of it too.
+                    undecodable = request
+                    request = undecodable.empty
+                if (
+                    admission is not None
+                    and admitted is not None
+                    and not (admitted.polls and request.wait_ms > 0)
+                ):
+                    # First of all: looking up the caller's key and charging its rate are
+                    # reads of the database too, and a flood of made-up keys must be shed
+                    # like any other call, not cost a read each before the service asks if
+                    # it has room. Before the audit and the work, so a refused call changed
+                    # nothing.
+                    ticket = await admission.enter(method, admitted.kind, context.time_remaining())
             forwarded = guards.forwarded is not None and guards.forwarded(request, metadata)
             if authenticator is not None and authenticator.guards(method):
                 who = authenticator.authenticate(method, metadata)
@@ -506,15 +510,16 @@ def create_server(
     # Tracing first (outermost): its span covers the guard, so the audit event of the call
     # and every log line in it carry the span's trace id.
     names = list(service_names)
+    admitting = Admission(admission)
     guards = Guards(
         authenticator,
         limiter,
         audit,
         metrics,
-        Admission(admission),
+        admitting,
         _admitted_methods(names),
         forwarded=forwarded,
-        reads=RequestReads(admission.concurrency, admission.max_wait_s),
+        reads=RequestReads(admission.concurrency, admission.max_wait_s, admitting.drain_s),
     )
     interceptors = [*otel.server_interceptors(), TraceInterceptor(), _CallGuard(guards)]
     server = grpc.aio.server(
