@@ -14,7 +14,15 @@ builds uvicorn's httptools protocol with three limits added:
   parser keeps a head in memory until it ends, so a fast client could otherwise fill it
   within the deadline; a longer one gets 431 ``HEADERS_TOO_LARGE``;
 - at most ``max_connections`` connections are served at once; a request arriving on a
-  connection opened beyond that gets 503 ``TOO_MANY_CONNECTIONS`` and the connection closes.
+  connection opened beyond that gets 503 ``TOO_MANY_CONNECTIONS`` and the connection closes;
+- trailer fields after a chunked body are dropped, at most ``MAX_HEAD_BYTES`` of them:
+  uvicorn adds each to the request's headers, and a caller that sent trailers without end
+  grew a bridge by 15 times what it sent until the body deadline (2.4 GiB from 157 MiB in
+  15 s, tests/e2e/test_attack18_bridge_trailers_pipelines.py); more closes the connection;
+- at most ``MAX_PIPELINED`` requests may wait behind the one being answered on a
+  connection: uvicorn parses and queues every request a caller sends ahead, and callers
+  that sent 1 MiB of requests each and never read an answer held 60 MiB per connection,
+  for good. A connection with more waiting is closed.
 
 Idle kept-alive connections are already closed by uvicorn after ``timeout_keep_alive``.
 """
@@ -41,6 +49,9 @@ _REASONS = {
 }
 # Generous for any real client (browsers send a few KiB; a bearer key is 64 bytes).
 MAX_HEAD_BYTES = 64 * 1024
+# Requests a connection may send ahead of the answers (HTTP/1.1 pipelining): clients that
+# pipeline at all send a few.
+MAX_PIPELINED = 16
 
 
 def too_slow(part: str, timeout_s: float) -> errors.ReachstoreError:
@@ -107,6 +118,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._body_timer: asyncio.TimerHandle | None = None
         self._over_cap = False
         self._head_bytes = 0
+        self._trailer_bytes = 0
 
     # --- connection -------------------------------------------------------------------
 
@@ -128,6 +140,10 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             self._arm_head()
         in_head = self._head_timer is not None
         super().data_received(data)
+        if len(self.pipeline) > MAX_PIPELINED and not self.transport.is_closing():
+            log.info("over %d requests pipelined from %s: closing", MAX_PIPELINED, self.client)
+            self._close_unanswered()
+            return
         if in_head and self._head_timer is not None and not self.transport.is_closing():
             # Still inside the head after these bytes: count them against its cap.
             self._head_bytes += len(data)
@@ -145,10 +161,22 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     # --- parser callbacks -------------------------------------------------------------
 
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self._body_timer is None:
+            super().on_header(name, value)
+            return
+        # A trailer field (after the last chunk of a body): not one of the request's
+        # headers, which the app has read already; dropped, and bounded like a head.
+        self._trailer_bytes += len(name) + len(value)
+        if self._trailer_bytes > MAX_HEAD_BYTES and not self.transport.is_closing():
+            log.info("trailers over %d bytes from %s: closing", MAX_HEAD_BYTES, self.client)
+            self._close_unanswered()
+
     def on_headers_complete(self) -> None:
         self._cancel(self._head_timer)
         self._head_timer = None
         self._head_bytes = 0
+        self._trailer_bytes = 0
         self._body_timer = self.loop.call_later(self.body_timeout_s, self._body_expired)
         if not self._over_cap:
             super().on_headers_complete()
@@ -180,6 +208,17 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._cancel(self._head_timer)
         self._cancel(self._body_timer)
         self._head_timer = self._body_timer = None
+
+    def _close_unanswered(self) -> None:
+        """Closes the connection; the request in progress, if its app is still waiting
+        for the body, is told its client left."""
+        self._cancel_timers()
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            cycle.disconnected = True
+            cycle.message_event.set()
+        self.pipeline.clear()
+        self.transport.close()
 
     def _head_expired(self) -> None:
         self._head_timer = None
