@@ -168,15 +168,19 @@ class Bridge:
     async def _call(
         self, request: Request, route: Route, path_params: dict[str, str], request_id: str
     ) -> Response:
-        declared = http_body.declared_length(request)
-        chunked = "transfer-encoding" in request.headers
-        async with self.bodies.room_for(declared, chunked, self.max_body_bytes):
-            return await self._call_with_room(request, route, path_params, request_id)
+        async with self.bodies.body() as take:
+            return await self._call_holding(request, route, path_params, request_id, take)
 
-    async def _call_with_room(
-        self, request: Request, route: Route, path_params: dict[str, str], request_id: str
+    async def _call_holding(
+        self,
+        request: Request,
+        route: Route,
+        path_params: dict[str, str],
+        request_id: str,
+        take: Callable[[int], Awaitable[None]],
     ) -> Response:
-        raw = await http_body.read_body(request, self.max_body_bytes)
+        """The call, its body's bytes held in the budget (``take``) until the answer."""
+        raw = await http_body.read_body(request, self.max_body_bytes, take)
         body: dict[str, Any] | None = None
         if route.body == "*":
             body = http_body.parse_json_object(raw) if raw else {}

@@ -4,21 +4,23 @@ The bridge reads a body into memory as it comes (``http_body.read_body``), and a
 take ``REACHSTORE_HTTP_BODY_TIMEOUT_S`` (60 s) to arrive on each of up to
 ``REACHSTORE_HTTP_MAX_CONNECTIONS`` (2,000) connections: 64 callers that sent 18 MB of a
 19 MB batch and held it grew a bridge from 70 MiB to 1,173 MiB
-(tests/e2e/test_attack18_bridge_stalled_bodies.py). So a request whose body may be large
-takes room for it in a budget before a byte of the body is read, and keeps it until its
-answer is built: its declared ``Content-Length``, or the largest body allowed when it sends
-its body in chunks without one. A request for which no room comes free within
-``WAIT_S`` is refused with ``SERVICE_OVERLOADED`` (503, ``Retry-After``), its body
-unread; the HTTP server leaves what the caller sent in the socket's buffers, flow
-controlled. Small bodies take no room: at most 64 KiB on each connection, the connection
-limit bounds them.
+(tests/e2e/test_attack18_bridge_stalled_bodies.py). So the bytes of a body beyond its first
+64 KiB take room in a budget as they are read, and keep it until the request's answer is
+built. A chunk for which no room comes free within ``WAIT_S`` ends the request with
+``SERVICE_OVERLOADED`` (503, ``Retry-After``), the rest of its body unread; the HTTP
+server leaves what the caller sent next in the socket's buffers, flow controlled.
+
+Room is taken for bytes received, not for the length a request declares: reserved from
+the declared length, 13 callers that sent heads declaring 20 MB each and then nothing held
+the whole budget, and every real upload was refused, at no cost to them. The first 64 KiB
+of a body take no room: the connection limit bounds them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from reachstore_server.common import errors
 
@@ -42,19 +44,29 @@ class BodyBudget:
         self._freed = asyncio.Condition()
 
     @contextlib.asynccontextmanager
-    async def room_for(
-        self, declared: int | None, chunked: bool, largest: int
-    ) -> AsyncIterator[None]:
-        """Room for a body of ``declared`` bytes (``largest`` when it comes ``chunked``
-        without a declared length; none for a request without a body) for as long as the
-        block runs; SERVICE_OVERLOADED when none came free in time."""
-        if declared is not None:
-            size = min(largest, declared)
-        else:
-            size = largest if chunked else 0
-        if size <= FREE_BYTES:
-            yield
-            return
+    async def body(self) -> AsyncIterator[Callable[[int], Awaitable[None]]]:
+        """For one request's body: ``take(n)``, room for its next ``n`` bytes (waiting
+        for it, SERVICE_OVERLOADED when none came free in time), all given back when the
+        block ends."""
+        read = taken = 0
+
+        async def take(size: int) -> None:
+            nonlocal read, taken
+            read += size
+            needed = max(0, read - FREE_BYTES) - taken
+            if needed > 0:
+                await self._take(needed)
+                taken += needed
+
+        try:
+            yield take
+        finally:
+            if taken:
+                async with self._freed:
+                    self.held -= taken
+                    self._freed.notify_all()
+
+    async def _take(self, size: int) -> None:
         async with self._freed:
             try:
                 await asyncio.wait_for(
@@ -63,20 +75,13 @@ class BodyBudget:
             except TimeoutError:
                 raise errors.ReachstoreError(
                     errors.SERVICE_OVERLOADED,
-                    f"refused: the bridge holds {self.held} bytes of request bodies and "
-                    f"this one may take {size}; retry in {_RETRY_AFTER_MS / 1000:.3f} s",
+                    f"refused: the bridge holds {self.held} bytes of request bodies, its "
+                    f"limit; retry in {_RETRY_AFTER_MS / 1000:.3f} s",
                     retry_after_ms=_RETRY_AFTER_MS,
                     structured_data={
                         "reason": "bodies_being_received",
                         "limit": self._budget,
                         "held_bytes": self.held,
-                        "body_bytes": size,
                     },
                 ) from None
             self.held += size
-        try:
-            yield
-        finally:
-            async with self._freed:
-                self.held -= size
-                self._freed.notify_all()

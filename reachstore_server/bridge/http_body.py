@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from starlette.requests import Request
@@ -61,7 +61,7 @@ def _unsupported(content_type: str | None, *, empty: bool = False) -> errors.Rea
     )
 
 
-def declared_length(request: Request) -> int | None:
+def _declared_length(request: Request) -> int | None:
     raw = request.headers.get("content-length")
     if raw is None:
         return None
@@ -72,13 +72,17 @@ def declared_length(request: Request) -> int | None:
         raise errors.invalid("Content-Length", "must be a whole number of bytes") from None
 
 
-async def read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
+async def read_body(
+    request: Request,
+    limit: int = MAX_BODY_BYTES,
+    take: Callable[[int], Awaitable[None]] | None = None,
+) -> bytes:
     """The whole body, at most ``limit`` bytes; non-empty bodies must be JSON, and so must
     every POST, even an empty one: without a Content-Type, or with text/plain or a form
     type, a web page of any origin can send a POST without the browser asking the server
     first (a CORS "simple" request). application/json makes the browser ask, and the
     bridge never says yes to another origin."""
-    declared = declared_length(request)
+    declared = _declared_length(request)
     if declared is not None and declared > limit:
         raise _too_large(limit, declared, at_least=False)
     content_type = request.headers.get("content-type")
@@ -91,6 +95,8 @@ async def read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
         if received > limit:
             # Stop reading: the server discards the rest once the response is sent.
             raise _too_large(limit, received, at_least=True)
+        if take is not None:
+            await take(len(chunk))  # room in the bridge's budget (body_budget.py)
         chunks.append(chunk)
     body = b"".join(chunks)
     if body and not is_json_media_type(content_type):

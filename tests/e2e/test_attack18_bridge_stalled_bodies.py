@@ -116,3 +116,34 @@ def test_stalled_large_bodies_are_held_within_a_budget(tmp_path: Path) -> None:
         assert max(took for _, took in small) <= SMALL_CALL_S, seen
     finally:
         system.stop()
+
+
+def test_heads_that_declare_large_bodies_and_send_none_hold_no_room(tmp_path: Path) -> None:
+    """13 heads declaring 20 MB bodies each, and not a byte of them: room reserved from the
+    declared lengths was the whole budget, and every real upload was refused (503) while
+    they waited, at no cost to their sender."""
+    system = RunningSystem(tmp_path)
+    system.start()
+    url = httpx.URL(system.http_url)
+    assert url.port is not None
+    head = (
+        "POST /api/v1/namespaces/big/documents:batchCreate HTTP/1.1\r\n"
+        f"Host: {url.host}:{url.port}\r\nContent-Type: application/json\r\n"
+        "Content-Length: 20648000\r\n\r\n"
+    ).encode()
+    idle = [socket.create_connection((url.host, url.port), timeout=30) for _ in range(13)]
+    try:
+        for sock in idle:
+            sock.sendall(head)
+        time.sleep(0.5)
+        documents = [{"document_id": f"d{i}", "text": "x" * 10_000} for i in range(100)]
+        with httpx.Client(base_url=system.http_url, timeout=60) as http:
+            assert http.post("/api/v1/namespaces", json={"name": "big"}).status_code == 200
+            reply = http.post(
+                "/api/v1/namespaces/big/documents:batchCreate", json={"documents": documents}
+            )
+        assert reply.status_code == 200, reply.text
+    finally:
+        for sock in idle:
+            sock.close()
+        system.stop()
