@@ -182,8 +182,6 @@ def _wrap_unary(
         try:
             # The request's place is held until admission has taken or refused the call.
             async with guards.reads.held(context, kind) as request:
-                if request is grpc.aio.EOF:
-                    raise errors.invalid("request", "the call carried no request message")
                 if isinstance(request, _Undecodable):
                     # Authenticated and audited like any other call (as an empty request),
                     # then refused naming the field; admission reads ``wait_ms`` of it too.

@@ -69,17 +69,18 @@ class RequestReads:
         """The call's next request, decoded, its place given back at once (``held``). The
         end of the caller's requests is ``grpc.aio.EOF`` where ``end_allowed`` (a stream
         of requests), and refused where a request is due."""
-        async with self.held(context, kind) as request:
-            if request is grpc.aio.EOF and not end_allowed:
-                raise errors.invalid("request", "the call carried no request message")
+        async with self.held(context, kind, end_allowed=end_allowed) as request:
             return request
 
     @contextlib.asynccontextmanager
-    async def held(self, context: grpc.aio.ServicerContext, kind: Kind) -> AsyncIterator[Any]:
-        """The call's next request (or ``grpc.aio.EOF``), its place held while the block
-        runs: a request read and waiting for admission is in memory as much as one being
-        read. Refused when no place came free within ``wait_s``, ``REQUEST_TOO_SLOW``
-        when the request has not arrived within ``READ_S``."""
+    async def held(
+        self, context: grpc.aio.ServicerContext, kind: Kind, *, end_allowed: bool = False
+    ) -> AsyncIterator[Any]:
+        """The call's next request, its place held while the block runs: a request read
+        and waiting for admission is in memory as much as one being read. Refused when no
+        place came free within ``wait_s``, ``REQUEST_TOO_SLOW`` when the request has not
+        arrived within ``READ_S``; the end of the caller's requests is ``grpc.aio.EOF``
+        where ``end_allowed``, and refused where a request is due."""
         if not await self._take(kind):
             drain_s = max(self._drain_s(), _MIN_RETRY_S)
             raise errors.ReachstoreError(
@@ -105,6 +106,8 @@ class RequestReads:
                     f"the request did not arrive within {READ_S:g} s",
                     structured_data={"part": "message", "timeout_s": READ_S},
                 ) from None
+            if request is grpc.aio.EOF and not end_allowed:
+                raise errors.invalid("request", "the call carried no request message")
             yield request
         finally:
             self._give_back(kind)
