@@ -20,7 +20,6 @@ from __future__ import annotations
 import glob
 import subprocess
 import sys
-import time
 
 import grpc
 import pytest
@@ -51,26 +50,6 @@ def _key(shards: Tier, scopes: str) -> str:
     return done.stdout.strip().splitlines()[-1].rsplit(" ", 1)[-1]
 
 
-def _owners(member: ServiceProcess, key: str) -> dict[str, list[str]]:
-    reply = pb_grpc.QueryServiceStub(member.channel).ListNamespaceHealth(
-        pb.ListNamespaceHealthRequest(page_size=100),
-        timeout=10,
-        metadata=[("authorization", f"Bearer {key}")],
-    )
-    return {n.name: list(n.owners) for n in reply.namespaces}
-
-
-def _agreed_owners(members: list[ServiceProcess], key: str) -> dict[str, list[str]]:
-    """The owners of each namespace once every member's view agrees and names two each."""
-    deadline = time.monotonic() + 30
-    while True:
-        views = [_owners(m, key) for m in members]
-        if all(v == views[0] for v in views) and all(len(o) == 2 for o in views[0].values()):
-            return views[0]
-        assert time.monotonic() < deadline, views
-        time.sleep(0.3)
-
-
 @pytest.mark.parametrize("skew_s", [0, SKEW_S], ids=["clocks-agree", "clock-90s-ahead"])
 def test_one_call_within_the_key_rate_through_a_member_whose_clock_is_off(
     tier: Tier,  # noqa: F811
@@ -88,7 +67,8 @@ def test_one_call_within_the_key_rate_through_a_member_whose_clock_is_off(
     )
     looker = _key(tier, "read,operator")  # for ListNamespaceHealth: a key (and bucket) of its own
     caller = _key(tier, "read")
-    first, second = tier.start_member(), tier.start_member()
+    for _ in range(2):
+        tier.start_member()
     plain = dict(tier.common)
     if skew_s:
         tier.common.update(
@@ -96,21 +76,13 @@ def test_one_call_within_the_key_rate_through_a_member_whose_clock_is_off(
             FAKETIME=f"+{skew_s}s",
             FAKETIME_DONT_FAKE_MONOTONIC="1",
         )
-    # A member's id is random, so its placement is too: about once in 130 starts the
-    # skewed member owns all 12 namespaces (2/3 each), and the call below needs one it
-    # does not own. Such a member leaves and another, with a new id, takes its place.
-    for _ in range(5):
-        skewed = tier.start_member()
-        tier.wait_serving(3)
-        skewed_id = tier.rows()[skewed.address][0]
-        views = _agreed_owners([first, second, skewed], looker)
-        elsewhere = sorted(n for n, o in views.items() if skewed_id not in o)
-        if elsewhere:
-            break
-        skewed.stop()
+    skewed, owners = tier.start_placed(
+        lambda me, owners: any(me not in o for o in owners.values()), looker
+    )
     tier.common.clear()
     tier.common.update(plain)
-    assert elsewhere, f"five skewed members in a row owned every namespace: {views}"
+    skewed_id = tier.rows()[skewed.address][0]
+    elsewhere = sorted(n for n, o in owners.items() if skewed_id not in o)
 
     try:
         reply = pb_grpc.QueryServiceStub(skewed.channel).Query(
