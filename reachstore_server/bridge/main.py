@@ -19,7 +19,7 @@ import uvicorn
 from reachstore_server.bridge.app import create_app
 from reachstore_server.bridge.slow_clients import GuardedHttpProtocol, guarded_protocol
 from reachstore_server.bridge.web_guard import listen_host
-from reachstore_server.common import logs, otel
+from reachstore_server.common import allocator, logs, otel
 from reachstore_server.common.config import Settings
 from reachstore_server.common.config_errors import refusing_to_start
 from reachstore_server.common.metrics_http import serve_metrics
@@ -67,6 +67,7 @@ def uvicorn_config(
     protocol = guarded_protocol(
         settings.http_head_timeout_s if settings else defaults.head_timeout_s,
         settings.http_body_timeout_s if settings else defaults.body_timeout_s,
+        settings.http_write_timeout_s if settings else defaults.write_timeout_s,
         settings.http_max_connections if settings else defaults.max_connections,
     )
     return uvicorn.Config(
@@ -130,6 +131,8 @@ def main() -> None:
     settings = Settings.from_env(default_listen="127.0.0.1:8420")
     logs.configure("bridge", settings.log_level)
     otel.start("bridge")
+    # Answers and bodies of megabytes come and go; their memory must go back with them.
+    allocator.map_large_blocks()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _exit_quietly)
     asyncio.run(serve(settings))

@@ -244,6 +244,11 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
         "Bridge: seconds a request has, after its head, to send its whole body; then the "
         "connection closes.",
     ),
+    "REACHSTORE_HTTP_WRITE_TIMEOUT_S": (
+        "30",
+        "Bridge: seconds a caller may take none of an answer it has not read yet (beyond "
+        "what the socket buffers hold); then the connection is cut off.",
+    ),
     "REACHSTORE_HTTP_ALLOWED_HOSTS": (
         "",
         "Bridge: host names it answers to besides the loopback ones (localhost, 127.0.0.1, "
@@ -485,6 +490,7 @@ class Settings:
     limits: Limits
     http_head_timeout_s: float = 10.0
     http_body_timeout_s: float = 60.0
+    http_write_timeout_s: float = 30.0
     http_max_connections: int = 2000
     ingest_lease_s: float = 30.0
     ingest_heartbeat_s: float = 10.0
@@ -562,6 +568,7 @@ class Settings:
             log_level=env.get("REACHSTORE_LOG_LEVEL", "INFO").upper(),
             http_head_timeout_s=_seconds(env, "REACHSTORE_HTTP_HEAD_TIMEOUT_S"),
             http_body_timeout_s=_seconds(env, "REACHSTORE_HTTP_BODY_TIMEOUT_S"),
+            http_write_timeout_s=_seconds(env, "REACHSTORE_HTTP_WRITE_TIMEOUT_S"),
             http_max_connections=_int(env, "REACHSTORE_HTTP_MAX_CONNECTIONS", 1),
             ingest_lease_s=ingest_lease_s,
             ingest_heartbeat_s=ingest_heartbeat_s,
