@@ -17,6 +17,13 @@ from reachstore_server.bridge.json_codec import json_type
 from reachstore_server.common import errors
 
 MAX_BODY_BYTES = 20 * 1024 * 1024
+# Values of any kind (objects, arrays, strings, numbers, ...) one body may hold. The
+# request message is built from the decoded body on the bridge's one event loop, at about
+# a microsecond per value, before any service can refuse it: six million empty objects
+# fit in 17 MiB and held the loop for 13 s (tests/e2e/test_attack18_bridge_many_values.py).
+# The largest real bodies hold far fewer: 1,000 audit events, or 100 documents with 32
+# metadata entries each.
+MAX_JSON_VALUES = 200_000
 # JSON can spell a lone UTF-16 surrogate ("\ud800"), which no UTF-8 text (protobuf strings,
 # database columns, our own JSON answers) can hold. A pair of escapes decodes to one
 # character, so any surrogate left after decoding is a lone one.
@@ -25,6 +32,10 @@ _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 class _DuplicateKey(ValueError):
+    pass
+
+
+class _TooManyValues(ValueError):
     pass
 
 
@@ -104,14 +115,25 @@ async def read_body(
     return body
 
 
-def _object_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    obj: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in obj:
-            # Python keeps the last duplicate silently; a strict API says which key it was.
-            raise _DuplicateKey(key)
-        obj[key] = value
-    return obj
+def _object_pairs(limit: int) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
+    """The parser's hook for each object: refuses a repeated key, and stops the parse once
+    more than ``limit`` objects were made (arrays and scalars are counted after it)."""
+    made = 0
+
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        nonlocal made
+        made += 1
+        if made > limit:
+            raise _TooManyValues()
+        obj: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in obj:
+                # Python keeps the last duplicate silently; a strict API says which key it was.
+                raise _DuplicateKey(key)
+            obj[key] = value
+        return obj
+
+    return hook
 
 
 def _reject_constant(name: str) -> Any:
@@ -131,7 +153,9 @@ def parse_json_object(body: bytes) -> dict[str, Any]:
             f"body is not valid UTF-8 at byte {exc.start}", position=exc.start
         ) from None
     try:
-        value = json.loads(text, object_pairs_hook=_object_pairs, parse_constant=_reject_constant)
+        value = json.loads(
+            text, object_pairs_hook=_object_pairs(MAX_JSON_VALUES), parse_constant=_reject_constant
+        )
     except json.JSONDecodeError as exc:
         raise _malformed(
             f"body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
@@ -142,6 +166,8 @@ def parse_json_object(body: bytes) -> dict[str, Any]:
     except _DuplicateKey as exc:
         key = exc.args[0]
         raise _malformed(f"body repeats the key {key!r}", duplicate_key=key) from None
+    except _TooManyValues:
+        raise _too_many_values(MAX_JSON_VALUES, "body") from None
     except ValueError as exc:
         raise _malformed(f"body is not valid JSON: {exc}") from None
     except RecursionError:
@@ -149,25 +175,36 @@ def parse_json_object(body: bytes) -> dict[str, Any]:
     if not isinstance(value, dict):
         got = json_type(value)
         raise _malformed(f"the body must be a JSON object, got {got}", expected="object", got=got)
-    if _SURROGATE_ESCAPE.search(text):
-        _refuse_lone_surrogates(value)
+    _walk(value, MAX_JSON_VALUES, surrogates=bool(_SURROGATE_ESCAPE.search(text)))
     return value
+
+
+def _too_many_values(limit: int, path: str) -> errors.ReachstoreError:
+    return errors.ReachstoreError(
+        errors.PAYLOAD_TOO_LARGE,
+        f"the body holds more than {limit} JSON values"
+        + ("" if path == "body" else f" (the first beyond them: {path})")
+        + "; split it into several requests",
+        structured_data={"limit_values": limit, "field": path},
+    )
 
 
 # Where a value sits in a body: its parent's place and its key or index (None at the top).
 _Place = tuple["_Place", str | int] | None
 
 
-def _refuse_lone_surrogates(body: dict[str, Any]) -> None:
-    """INVALID_ARGUMENT naming the first field (in document order) whose text holds a lone
-    surrogate; for an object key, the object that holds it ("body" at the top). Walked
-    depth first with a stack of iterators (a body may nest as deep as the JSON parser
-    allows), so the walk holds one entry per level, and a value's path is spelled only
-    for the one refused: spelled for every value, a 2 MiB body of a million values 800
-    objects deep took 1.7 GiB of path strings, kept after the answer."""
-    if any(_SURROGATE.search(key) for key in body):
+def _walk(body: dict[str, Any], limit: int, *, surrogates: bool) -> None:
+    """Every value of ``body``, in document order: PAYLOAD_TOO_LARGE at the first value
+    beyond ``limit``, and (with ``surrogates``) INVALID_ARGUMENT naming the first field
+    whose text holds a lone surrogate; for an object key, the object that holds it
+    ("body" at the top). Walked depth first with a stack of iterators (a body may nest as
+    deep as the JSON parser allows), so the walk holds one entry per level, and a value's
+    path is spelled only for the one refused: spelled for every value, a 2 MiB body of a
+    million values 800 objects deep took 1.7 GiB of path strings, kept after the answer."""
+    if surrogates and any(_SURROGATE.search(key) for key in body):
         raise _lone_surrogate("body")
     stack: list[tuple[_Place, Iterator[tuple[str | int, Any]]]] = [(None, iter(body.items()))]
+    counted = 1
     while stack:
         place, items = stack[-1]
         item: tuple[str | int, Any] | None = next(items, None)
@@ -175,12 +212,15 @@ def _refuse_lone_surrogates(body: dict[str, Any]) -> None:
             stack.pop()
             continue
         here: _Place = (place, item[0])
+        counted += 1
+        if counted > limit:
+            raise _too_many_values(limit, _spelled(here))
         value = item[1]
         if isinstance(value, str):
-            if _SURROGATE.search(value):
+            if surrogates and _SURROGATE.search(value):
                 raise _lone_surrogate(_spelled(here))
         elif isinstance(value, dict):
-            if any(_SURROGATE.search(name) for name in value):
+            if surrogates and any(_SURROGATE.search(name) for name in value):
                 raise _lone_surrogate(_spelled(here))
             stack.append((here, iter(value.items())))
         elif isinstance(value, list):

@@ -1,6 +1,6 @@
-"""The bridge's check for lone surrogates walks a body without spelling every value's path
-(reachstore_server/bridge/http_body.py): it spelled ``a.a.a...[i]`` for each value, so a
-2 MiB body of a million zeros 800 objects deep took 1.7 GiB, kept after the answer."""
+"""The bridge's walk of a body (reachstore_server/bridge/http_body.py): lone surrogates
+and the count of values. It spelled ``a.a.a...[i]`` for each value, so a 2 MiB body of a
+million zeros 800 objects deep took 1.7 GiB, kept after the answer."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def test_the_walk_holds_one_entry_per_level_not_a_path_per_value() -> None:
         # What the walk itself allocates, on top of the parsed body.
         tracemalloc.reset_peak()
         start, _ = tracemalloc.get_traced_memory()
-        http_body._refuse_lone_surrogates(parsed)
+        http_body._walk(parsed, http_body.MAX_JSON_VALUES, surrogates=True)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -49,3 +49,34 @@ def test_the_first_lone_surrogate_is_named_by_its_path(body: str, field: str) ->
         http_body.parse_json_object(body.encode())
     assert refused.value.failure.error_code == "INVALID_ARGUMENT"
     assert str(refused.value).startswith(f"{field}: "), refused.value
+
+
+LIMIT = http_body.MAX_JSON_VALUES
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        # Objects are counted as the parser makes them: the parse stops at the first over.
+        (b'{"documents": [' + b",".join([b"{}"] * LIMIT) + b"]}", "body"),
+        # Arrays and scalars are counted by the walk after the parse.
+        (b'{"namespaces": [' + b",".join([b'""'] * LIMIT) + b"]}", f"namespaces[{LIMIT - 2}]"),
+        (b'{"p": {"l": [[1, 2], ' + b",".join([b"[0]"] * (LIMIT // 2)) + b"]}}", "p.l[99998]"),
+    ],
+    ids=["objects", "strings", "nested-arrays"],
+)
+def test_a_body_of_more_values_than_the_limit_is_refused_naming_where(
+    body: bytes, field: str
+) -> None:
+    with pytest.raises(errors.ReachstoreError) as refused:
+        http_body.parse_json_object(body)
+    failure = refused.value.failure
+    assert failure.error_code == "PAYLOAD_TOO_LARGE", failure
+    data = dict(failure.structured_data)
+    assert data == {"limit_values": LIMIT, "field": field}, data
+
+
+def test_a_body_of_exactly_the_limit_is_accepted() -> None:
+    # The top object, its one array, and the array's items.
+    body = b'{"namespaces": [' + b",".join([b"1"] * (LIMIT - 2)) + b"]}"
+    assert len(http_body.parse_json_object(body)["namespaces"]) == LIMIT - 2
