@@ -408,22 +408,27 @@ def _streaming_read_within_bounds(
     )
 
 
-# The largest request of a streaming method (a service name to watch, a file or symbol to
-# reflect on): such a call may last as long as its caller keeps it, and its request with it.
-# Calls that each sent 30 MiB of unknown fields, gzip-compressed to 30 KiB, 12 every 2 s,
-# grew a process by 3 GiB (tests/e2e/test_attack18_partial_requests.py).
-MAX_STREAMING_REQUEST_BYTES = 64 * 1024
+# The largest request of a call that may last: a streaming method's (a service name to
+# watch, a file or symbol to reflect on), which lasts as long as its caller keeps it, and a
+# long poll's (a task id and a version), which admission does not count while it waits.
+# Such a call holds its request as long as it lasts, and fields the service does not know
+# are kept with it. Calls that each sent 30 MiB of unknown fields, gzip-compressed to
+# 30 KiB, 12 every 2 s, grew a process by 3 GiB (tests/e2e/test_attack18_partial_requests.py);
+# 200 long polls with 8 MiB each, by 670 MiB (tests/e2e/test_attack18_long_poll_requests.py).
+MAX_LASTING_REQUEST_BYTES = 64 * 1024
+
+
+def _lasting_too_large(what: str, size: int) -> errors.ReachstoreError:
+    return errors.invalid(
+        "request", f"{size} bytes; {what} may be at most {MAX_LASTING_REQUEST_BYTES} bytes"
+    )
 
 
 def _small(request: Any) -> Any:
     """``request``, refused when larger than a streaming method's request may be."""
     size = request.ByteSize()
-    if size > MAX_STREAMING_REQUEST_BYTES:
-        raise errors.invalid(
-            "request",
-            f"{size} bytes; a streaming method's request may be at most "
-            f"{MAX_STREAMING_REQUEST_BYTES} bytes",
-        )
+    if size > MAX_LASTING_REQUEST_BYTES:
+        raise _lasting_too_large("a streaming method's request", size)
     return request
 
 
@@ -459,8 +464,13 @@ def _tolerant(
     if known is None:
         return deserialize
     input_type, message_class = known
+    # A request that can ask to wait (``Admitted.polls``): refused before it is decoded.
+    polls = "wait_ms" in input_type.fields_by_name
 
     def parse(data: bytes) -> Any:
+        if polls and len(data) > MAX_LASTING_REQUEST_BYTES:
+            error = _lasting_too_large("the request of a call that can wait (wait_ms)", len(data))
+            return _Undecodable(message_class(), error)
         try:
             return deserialize(data)
         except DecodeError as exc:

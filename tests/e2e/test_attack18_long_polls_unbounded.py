@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import multiprocessing
 import statistics
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -101,7 +103,10 @@ def _under_polls(address: str, task_id: str) -> list[tuple[str, float]]:
             pollers.kill()
 
 
-def test_long_polls_do_not_starve_the_calls_admission_bounds(tmp_path: Path) -> None:
+@contextlib.contextmanager
+def pending_task(tmp_path: Path) -> Iterator[tuple[RunningSystem, str]]:
+    """A real `reachstore up` and one open task: its action accepted by the receiver and
+    pending there, so the task rests and long polls of it wait."""
     config = tmp_path / "reach.toml"
     with HttpReceiver(default="accept:600") as receiver:
         config.write_text(
@@ -137,10 +142,15 @@ status_url = "{receiver.status_url}"
                     assert time.monotonic() < deadline, task
                     time.sleep(0.2)
                 time.sleep(1.0)
-            quiet = _probes(system.reach_addr, 10)
-            probes = _under_polls(system.reach_addr, task_id)
+            yield system, task_id
         finally:
             assert system.stop() == 0
+
+
+def test_long_polls_do_not_starve_the_calls_admission_bounds(tmp_path: Path) -> None:
+    with pending_task(tmp_path) as (system, task_id):
+        quiet = _probes(system.reach_addr, 10)
+        probes = _under_polls(system.reach_addr, task_id)
     outcomes = collections.Counter(outcome for outcome, _ in probes)
     seen = (
         f"ListTasks alone: {dict(collections.Counter(o for o, _ in quiet))}, median "
