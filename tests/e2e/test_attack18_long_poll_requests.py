@@ -24,6 +24,7 @@ import pytest
 
 from reachstore.reach.v1 import reach_service_pb2 as pb
 from reachstore.reach.v1 import reach_service_pb2_grpc as pb_grpc
+from tests import wire_format
 from tests.e2e.test_attack18_large_bodies import _rss_mib
 from tests.e2e.test_attack18_long_polls_unbounded import pending_task
 
@@ -40,17 +41,7 @@ GROWTH_MIB = 16 * 8 * 3 + 64
 def _padded(task_id: str) -> bytes:
     """A GetTaskRequest waiting 30 s, with field 1000 (unknown to the service) of 8 MiB."""
     plain = pb.GetTaskRequest(task_id=task_id, wait_ms=30_000).SerializeToString()
-    tag = (1000 << 3) | 2
-    return plain + _varint(tag) + _varint(PADDING) + b"\0" * PADDING
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, value = value & 0x7F, value >> 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
+    return plain + wire_format.length_field(1000, b"\0" * PADDING)
 
 
 async def _polls(address: str, task_id: str) -> tuple[list[str], float]:

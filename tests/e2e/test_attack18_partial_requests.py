@@ -30,6 +30,7 @@ import pytest
 
 from reachstore.ingest.v1 import ingest_service_pb2 as pb
 from reachstore.ingest.v1 import ingest_service_pb2_grpc as pb_grpc
+from tests import wire_format
 from tests.e2e.h2_partial import keep_open
 from tests.e2e.system import RunningSystem
 from tests.e2e.test_attack18_large_bodies import _rss_mib, _sample_rss
@@ -148,7 +149,7 @@ def test_a_streaming_call_cannot_keep_a_large_request(tmp_path: Path) -> None:
         before = _rss_mib(pid)
         # Field 15, length-delimited: a field the request type does not have.
         size = 30 * 2**20
-        payload = b"\x7a" + _varint(size) + b"\x00" * size
+        payload = b"\x7a" + wire_format.varint(size) + b"\x00" * size
 
         async def watch_all() -> list[str]:
             options = [("grpc.max_send_message_length", -1)]
@@ -179,12 +180,3 @@ def test_a_streaming_call_cannot_keep_a_large_request(tmp_path: Path) -> None:
         assert "INVALID_ARGUMENT" in ended, seen
     finally:
         system.stop()
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, value = value & 0x7F, value >> 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)

@@ -37,6 +37,7 @@ from reachstore import _errors
 from reachstore._rpc import SERVICES as HOSTS
 from reachstore.query.v1 import query_service_pb2, query_service_pb2_grpc
 from reachstore_server.common.grpc_server import MAX_MESSAGE_BYTES
+from tests import wire_format
 from tests.e2e.system import RunningSystem
 from tests.fuzz.conftest import HOME
 from tests.fuzz.parsed_strings import PARSED
@@ -517,28 +518,17 @@ def _string_fields(
     for field in descriptor.fields:
         entry = field.message_type
         if field.type == _FD.TYPE_STRING:
-            yield field.name, _wrap(prefix, _length_field(field.number, b"ok\xff\xfe"))
+            yield field.name, _wrap(prefix, wire_format.length_field(field.number, b"ok\xff\xfe"))
         elif entry is not None and depth < 2 and not entry.full_name.startswith("google."):
             for path, inner in _string_fields(entry, b"", depth + 1):
-                yield f"{field.name}.{path}", _wrap(prefix, _length_field(field.number, inner))
-
-
-def _length_field(number: int, payload: bytes) -> bytes:
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+                yield (
+                    f"{field.name}.{path}",
+                    _wrap(prefix, wire_format.length_field(field.number, inner)),
+                )
 
 
 def _wrap(prefix: bytes, data: bytes) -> bytes:
     return prefix + data
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
 
 
 @pytest.mark.parametrize(
@@ -550,7 +540,7 @@ def test_strings_that_are_not_utf8_are_named(
     call = _caller(channels[server], method)
     cases = list(_string_fields(method.input_type))
     cases.append(("request", b"\xff\xff\xff\xff"))  # not protobuf at all
-    cases.append(("request", struct.pack("<B", 0x0A) + _varint(10) + b"ab"))  # cut short
+    cases.append(("request", struct.pack("<B", 0x0A) + wire_format.varint(10) + b"ab"))  # cut short
     for path, raw in cases:
         with pytest.raises(grpc.RpcError) as caught:
             call(raw, timeout=CALL_TIMEOUT_S, metadata=_metadata(fuzz_key))
@@ -570,8 +560,8 @@ def test_a_frame_over_the_message_limit_is_refused_and_the_server_keeps_serving(
 ) -> None:
     # A CreateDocument whose text alone is over the limit, sent as raw bytes.
     text = b"z" * (MAX_MESSAGE_BYTES + 1024)
-    document = _length_field(2, text)  # DocumentInput.text
-    raw = _length_field(1, b"demo") + _length_field(2, document)
+    document = wire_format.length_field(2, text)  # DocumentInput.text
+    raw = wire_format.length_field(1, b"demo") + wire_format.length_field(2, document)
     path = "/reachstore.ingest.v1.IngestService/CreateDocument"
     call = channels["ingest"].unary_unary(path, request_serializer=lambda r: r)
     with pytest.raises(grpc.RpcError) as caught:
@@ -584,4 +574,8 @@ def test_a_frame_over_the_message_limit_is_refused_and_the_server_keeps_serving(
         request_serializer=lambda r: r,
         response_deserializer=lambda r: r,
     )
-    ok(_length_field(1, HOME.encode()), timeout=CALL_TIMEOUT_S, metadata=_metadata(fuzz_key))
+    ok(
+        wire_format.length_field(1, HOME.encode()),
+        timeout=CALL_TIMEOUT_S,
+        metadata=_metadata(fuzz_key),
+    )
