@@ -381,6 +381,9 @@ def _fill_wkt(message: Message, value: Any, path: str) -> None:
         json_format.ParseDict(value, message)
     except json_format.ParseError as exc:
         raise errors.invalid(path, f"invalid {full_name}: {exc}") from None
+    except OverflowError:
+        # A Struct number is a double: an integer of 309 digits or more is none.
+        raise errors.invalid(path, f"invalid {full_name}: a number beyond a double") from None
 
 
 def _fill_map(container: Any, field: FieldDescriptor, value: Any, path: str) -> None:

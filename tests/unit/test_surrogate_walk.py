@@ -80,3 +80,28 @@ def test_a_body_of_exactly_the_limit_is_accepted() -> None:
     # The top object, its one array, and the array's items.
     body = b'{"namespaces": [' + b",".join([b"1"] * (LIMIT - 2)) + b"]}"
     assert len(http_body.parse_json_object(body)["namespaces"]) == LIMIT - 2
+
+
+def _refused_before_parsing(body: bytes) -> bool:
+    return http_body._too_many_values_by_punctuation(body, LIMIT)
+
+
+def test_punctuation_refuses_arrays_the_parser_would_build_first() -> None:
+    nested = b"[" * 500 + b"]" * 500
+    assert _refused_before_parsing(b'{"a": [' + b",".join([nested] * 500) + b"]}")
+    assert _refused_before_parsing(b'{"a": [' + b",".join([b"0"] * (LIMIT + 1)) + b"]}")
+    # Keys with empty arrays: half the strings are keys, every key has a value.
+    wide = b",".join(b'"k%d": []' % n for n in range(LIMIT))
+    assert _refused_before_parsing(b"{" + wide + b"}")
+
+
+def test_punctuation_inside_strings_is_not_counted() -> None:
+    text = b'a, b, [c], {d}, \\"e, f\\", \\\\' * (LIMIT // 2)
+    body = b'{"text": "' + text + b'", "metadata": {"k": "v,[{"}}'
+    assert not _refused_before_parsing(body)
+    assert http_body.parse_json_object(body)["metadata"] == {"k": "v,[{"}
+
+
+def test_punctuation_lets_a_body_of_exactly_the_limit_through() -> None:
+    body = b'{"namespaces": [' + b",".join([b"1"] * (LIMIT - 2)) + b"]}"
+    assert not _refused_before_parsing(body)
