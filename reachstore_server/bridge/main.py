@@ -67,7 +67,7 @@ def uvicorn_config(
     protocol = guarded_protocol(
         settings.http_head_timeout_s if settings else defaults.head_timeout_s,
         settings.http_body_timeout_s if settings else defaults.body_timeout_s,
-        settings.http_write_timeout_s if settings else defaults.write_timeout_s,
+        settings.http_write_timeout_s if settings else defaults.unsent.timeout_s,
         settings.http_max_connections if settings else defaults.max_connections,
     )
     return uvicorn.Config(

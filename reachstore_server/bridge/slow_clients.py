@@ -24,15 +24,9 @@ builds uvicorn's httptools protocol with three limits added:
   that sent 1 MiB of requests each and never read an answer held 60 MiB per connection,
   for good. A connection with more waiting is closed.
 
-- an answer the caller stops reading: when the transport holds more than its high-water
-  mark of unsent bytes, ``write_timeout_s`` starts; a caller that takes none of them
-  before it ends is cut off (the connection is aborted, which frees the bytes). A caller
-  that takes some gets another ``write_timeout_s``;
-- at most ``UNREAD_BUDGET_BYTES`` of answers wait unread across the process; beyond it,
-  the connections stalled longest are cut off. 200 callers that asked for an answer of
-  6 MiB and read none of it held 720 MiB of the bridge, until each chose to read
-  (tests/e2e/test_attack18_bridge_unread_answers.py): the handler keeps its copy of the
-  answer while it waits for the transport to drain.
+- a caller that takes none of its answer for ``write_timeout_s`` is cut off, and so are
+  those that went longest without taking any when too many answers wait unread
+  (``unsent_answers.py``).
 
 Idle kept-alive connections are already closed by uvicorn after ``timeout_keep_alive``.
 """
@@ -48,6 +42,7 @@ from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from reachstore_server.bridge import error_responses
+from reachstore_server.bridge.unsent_answers import UnsentAnswers
 from reachstore_server.common import errors
 
 log = logging.getLogger(__name__)
@@ -62,10 +57,6 @@ MAX_HEAD_BYTES = 64 * 1024
 # Requests a connection may send ahead of the answers (HTTP/1.1 pipelining): clients that
 # pipeline at all send a few.
 MAX_PIPELINED = 16
-# Bytes of answers waiting for their callers to read them, across the process: room for
-# a few dozen of the largest answers (a 1 MiB document escaped to 6 MiB of JSON), and for
-# thousands of ordinary ones, which the kernel's socket buffers mostly take anyway.
-UNREAD_BUDGET_BYTES = 256 * 1024 * 1024
 
 
 def too_slow(part: str, timeout_s: float) -> errors.ReachstoreError:
@@ -124,18 +115,14 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     head_timeout_s = 10.0
     body_timeout_s = 60.0
-    write_timeout_s = 30.0
     max_connections = 2000
-    unread_budget_bytes = UNREAD_BUDGET_BYTES
-    # The connections whose answers wait unread, stalled longest first, and the bytes
-    # each holds: one per process (``guarded_protocol`` gives each server class its own).
-    stalled: dict[GuardedHttpProtocol, int] = {}
+    # One per process: ``guarded_protocol`` gives each server class its own.
+    unsent = UnsentAnswers(timeout_s=30.0)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._head_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
-        self._write_timer: asyncio.TimerHandle | None = None
         self._over_cap = False
         self._head_bytes = 0
         self._trailer_bytes = 0
@@ -146,60 +133,22 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         # Counted before this one joins: the cap is on connections already being served.
         self._over_cap = len(self.connections) >= self.max_connections
         super().connection_made(transport)
+        self.unsent.follow(self.connections, self.loop)
         # A connection that never sends a byte is held to the head deadline too.
         self._arm_head()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timers()
-        self._unstall()
+        self.unsent.forget(self)
         super().connection_lost(exc)
 
-    # --- answers not read -------------------------------------------------------------
+    # --- answers not read (unsent_answers.py) --------------------------------------
 
     def pause_writing(self) -> None:
-        """The transport holds more unsent bytes than its high-water mark."""
+        """The transport holds more unsent bytes than its high-water mark: looked at now,
+        not at the next sweep, so a flood of large answers meets the budget as it comes."""
         super().pause_writing()
-        self._stall(self.transport.get_write_buffer_size())
-        total = sum(self.stalled.values())
-        while total > self.unread_budget_bytes and self.stalled:
-            oldest, held = next(iter(self.stalled.items()))
-            total -= held
-            log.info(
-                "answers unread over %d bytes: cutting off %s, stalled longest",
-                self.unread_budget_bytes,
-                oldest.client,
-            )
-            oldest._cut_off()
-
-    def resume_writing(self) -> None:
-        self._unstall()
-        super().resume_writing()
-
-    def _stall(self, unsent: int) -> None:
-        self._cancel(self._write_timer)
-        self.stalled.pop(self, None)  # to the end: stalled least long
-        self.stalled[self] = unsent
-        self._write_timer = self.loop.call_later(self.write_timeout_s, self._write_expired)
-
-    def _unstall(self) -> None:
-        self._cancel(self._write_timer)
-        self._write_timer = None
-        self.stalled.pop(self, None)
-
-    def _write_expired(self) -> None:
-        self._write_timer = None
-        unsent = self.transport.get_write_buffer_size()
-        if unsent < self.stalled.get(self, 0):
-            self._stall(unsent)  # the caller took some: it gets another write_timeout_s
-            return
-        log.info("answer not read for %g s by %s: cutting off", self.write_timeout_s, self.client)
-        self._cut_off()
-
-    def _cut_off(self) -> None:
-        """Aborts the connection: its unsent bytes are dropped, and the handler waiting
-        for them to drain is told its client left."""
-        self._unstall()
-        self.transport.abort()
+        self.unsent.sweep(self.connections)
 
     def data_received(self, data: bytes) -> None:
         # The first byte of a request (also a pipelined or kept-alive one) starts its head
@@ -331,8 +280,7 @@ def guarded_protocol(
         {
             "head_timeout_s": head_timeout_s,
             "body_timeout_s": body_timeout_s,
-            "write_timeout_s": write_timeout_s,
             "max_connections": max_connections,
-            "stalled": {},
+            "unsent": UnsentAnswers(write_timeout_s),
         },
     )

@@ -29,7 +29,7 @@ from google.protobuf import json_format
 from reachstore.query.v1 import query_service_pb2 as pb
 from reachstore.query.v1 import query_service_pb2_grpc as pb_grpc
 from tests.e2e.processes import ServiceProcess
-from tests.e2e.test_attack18s_hop_clock import _key, _owners
+from tests.e2e.test_attack18s_hop_clock import _key
 from tests.e2e.test_shards import ALL, Tier, tier  # noqa: F401 - the fixture, reused
 
 # Alone: the newcomer's process must start and make its call before either owner's next
@@ -95,7 +95,7 @@ def test_one_call_within_the_key_rate_through_a_member_that_just_joined(
     ids = {m.address: tier.rows()[m.address][0] for m in owners}
     deadline = time.monotonic() + BEAT_S * 3
     while True:  # both see both serving: every namespace on both
-        views = [_owners(m, looker) for m in owners]
+        views = [tier.owners(m, looker) for m in owners]
         if all(len(o) == 2 for v in views for o in v.values()) and len(views[0]) == len(ALL):
             break
         assert time.monotonic() < deadline, views
