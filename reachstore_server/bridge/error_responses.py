@@ -85,7 +85,8 @@ def error_response(
 def from_error(
     error: errors.ReachstoreError, request_id: str, headers: Mapping[str, str] | None = None
 ) -> JsonResponse:
-    """A response for an error the bridge raised itself."""
+    """A response for an error the bridge raised itself, its echoed texts cut as over gRPC."""
+    error = errors.fitted(error)
     return error_response(error.failure, error.spec.http_status, request_id, error.details, headers)
 
 
