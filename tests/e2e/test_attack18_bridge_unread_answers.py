@@ -1,22 +1,21 @@
 """Answers a REST caller never reads must not pile up in the bridge
-(reachstore_server/bridge/slow_clients.py).
+(reachstore_server/bridge/unsent_answers.py).
 
 A request is a few dozen bytes; its answer can be megabytes (a document of 1 MiB of
 control characters is 6 MiB of JSON, each escaped as ``\\u0001``). A caller that asks and
 then never reads leaves the answer in the bridge: the transport keeps what the socket did
 not take, and the handler keeps its own copy while it waits for the transport to drain.
-Before the bound, 200 such callers grew a bridge by more than a GiB, held for as long as
+Before the bound, 200 such callers grew a bridge from 82 MiB to 801 MiB, held for as long as
 they kept their connections open.
 
 Here the bridge's write timeout is 3 s: each of the callers' connections must be closed
-within it, the bridge's memory stay within the bound of unread answers, an honest caller
-reading the same answer slowly (1 MiB/s) must get all of it, and small calls beside the
-flood must be answered.
+within it, the bridge's memory stay within the bound of unread answers, and small calls
+beside the flood must be answered. (A caller that reads slowly beside such a flood is
+tried in tests/e2e/test_attack18_bridge_unread_answers_bypass.py.)
 """
 
 from __future__ import annotations
 
-import json
 import socket
 import threading
 import time
@@ -67,40 +66,6 @@ def _never_reads(host: str, port: int, ends: list[str]) -> None:
     ends.append("kept the whole answer" if received >= ANSWER_BYTES else "closed by the bridge")
 
 
-def _reads_slowly(host: str, port: int, got: list[int]) -> None:
-    """Reads the answer at about 1 MiB/s, to its end."""
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65_536)
-    sock.settimeout(30)
-    received = bytearray()
-    try:
-        sock.connect((host, port))
-        sock.sendall(_request(host, port))
-        while True:
-            data = sock.recv(65_536)
-            if not data:
-                break
-            received += data
-            head, _, body = bytes(received).partition(b"\r\n\r\n")
-            length = next(
-                (
-                    int(v)
-                    for k, _, v in (line.partition(b":") for line in head.split(b"\r\n"))
-                    if k.strip().lower() == b"content-length"
-                ),
-                None,
-            )
-            if length is not None and len(body) >= length:
-                got.append(len(json.loads(body)["document"]["text"]))
-                return
-            time.sleep(len(data) / (1024 * 1024))
-    except OSError as exc:
-        got.append(-1)
-        print(f"the slow reader's connection ended: {exc!r}")
-    finally:
-        sock.close()
-
-
 def test_answers_never_read_are_not_kept(tmp_path: Path) -> None:
     system = RunningSystem(
         tmp_path, extra_env={"REACHSTORE_HTTP_WRITE_TIMEOUT_S": str(WRITE_TIMEOUT_S)}
@@ -121,17 +86,14 @@ def test_answers_never_read_are_not_kept(tmp_path: Path) -> None:
         sampler = threading.Thread(target=_sample_rss, args=(pid, stop, peak))
         sampler.start()
         ends: list[str] = []
-        got: list[int] = []
         callers = [
             threading.Thread(target=_never_reads, args=(url.host, url.port, ends))
             for _ in range(CALLERS)
         ]
-        honest = threading.Thread(target=_reads_slowly, args=(url.host, url.port, got))
         small: list[float] = []
         try:
             for thread in callers:
                 thread.start()
-            honest.start()
             with httpx.Client(base_url=system.http_url, timeout=10) as http:
                 for _ in range(10):
                     started = time.monotonic()
@@ -140,7 +102,6 @@ def test_answers_never_read_are_not_kept(tmp_path: Path) -> None:
                     time.sleep(0.5)
             for thread in callers:
                 thread.join(timeout=60)
-            honest.join(timeout=60)
         finally:
             stop.set()
             sampler.join()
@@ -148,14 +109,13 @@ def test_answers_never_read_are_not_kept(tmp_path: Path) -> None:
         after = _rss_mib(pid)
         seen = (
             f"bridge RSS {before:.0f} MiB, peak {peak[0]:.0f}, {after:.0f} after; "
-            f"{ends.count('closed by the bridge')} of {CALLERS} closed; slow reader got {got}; "
+            f"{ends.count('closed by the bridge')} of {CALLERS} closed; "
             f"small calls took at most {max(small):.2f} s; cut off over the budget "
             f"{sum('bytes unsent in all' in line for line in system.output)}, at the write "
             f"timeout {sum('took nothing for' in line for line in system.output)}"
         )
         print(seen)
         assert ends == ["closed by the bridge"] * CALLERS, seen
-        assert got == [len(TEXT)], seen
         assert peak[0] - before <= GROWTH_MIB, seen
         assert after - before <= GROWTH_MIB / 2, seen
         # Building 200 answers of 6 MiB keeps the loop busy for seconds: what is asked here
