@@ -465,7 +465,7 @@ def _tolerant(
         return deserialize
     input_type, message_class = known
     # A request that can ask to wait (``Admitted.polls``): refused before it is decoded.
-    polls = "wait_ms" in input_type.fields_by_name
+    polls = _can_wait(input_type)
 
     def parse(data: bytes) -> Any:
         if polls and len(data) > MAX_LASTING_REQUEST_BYTES:
@@ -498,6 +498,11 @@ class Admitted:
     polls: bool
 
 
+def _can_wait(request: Descriptor) -> bool:
+    """Whether a method's request can ask it to wait for a change (a long poll)."""
+    return "wait_ms" in request.fields_by_name
+
+
 def _admitted_methods(service_names: Iterable[str]) -> dict[str, Admitted]:
     """Every method of ``service_names``, as admission treats it."""
     pool = descriptor_pool.Default()
@@ -507,7 +512,7 @@ def _admitted_methods(service_names: Iterable[str]) -> dict[str, Admitted]:
         service, _, name = method.strip("/").rpartition("/")
         request = pool.FindServiceByName(service).methods_by_name[name].input_type
         kind: Kind = "write" if name in _ADDS_WORK else "read"
-        admitted[method] = Admitted(kind, "wait_ms" in request.fields_by_name)
+        admitted[method] = Admitted(kind, _can_wait(request))
     return admitted
 
 
