@@ -191,6 +191,12 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
         "Query processes that hold each namespace when namespaces are sharded (at most the "
         "members there are). At least 1.",
     ),
+    "REACHSTORE_QUERY_PARTITION_CHUNKS": (
+        "200000",
+        "Query members: a namespace with more chunks than this in one query process is "
+        "split into partitions (a power of two, at most 64), each placed on its own "
+        "members, so one namespace need not fit one process (docs/SHARDS.md). At least 10.",
+    ),
     "REACHSTORE_QUERY_HOP_SECRET": (
         "",
         "Query members: the secret (32+ characters, the same in every member) that signs "
@@ -504,6 +510,7 @@ class Settings:
     query_advertise: str = ""
     query_replicas: int = 2
     query_member_lease_s: float = 5.0
+    query_partition_chunks: int = 200_000
     query_hop_secret: str = dataclasses.field(default="", repr=False)
 
     @classmethod
@@ -582,6 +589,7 @@ class Settings:
             else "",
             query_replicas=_int(env, "REACHSTORE_QUERY_REPLICAS", 1),
             query_member_lease_s=_member_lease(env, "REACHSTORE_QUERY_MEMBER_LEASE_S"),
+            query_partition_chunks=_int(env, "REACHSTORE_QUERY_PARTITION_CHUNKS", 10),
             query_hop_secret=_hop_secret(env, env.get("REACHSTORE_QUERY_ADVERTISE", "")),
             admission=AdmissionLimits(
                 concurrency=_int(env, "REACHSTORE_ADMIT_CONCURRENCY", 1, MAX_ADMIT_CONCURRENCY),

@@ -30,6 +30,7 @@ from reachstore_server.query.metrics import QueryMetrics  # noqa: E402
 from reachstore_server.query.shards.membership import Membership  # noqa: E402
 from reachstore_server.query.shards.metrics import ShardGauges  # noqa: E402
 from reachstore_server.query.shards.ownership import Ownership  # noqa: E402
+from reachstore_server.query.shards.partitions import WHOLE  # noqa: E402
 from reachstore_server.query.shards.router import Router  # noqa: E402
 from reachstore_server.storage.engine import make_engine, make_sessions  # noqa: E402
 from reachstore_server.storage.keys import authenticator_for  # noqa: E402
@@ -66,7 +67,10 @@ async def _follow_loop(
     def follow() -> None:
         namespaces = store.all_namespaces()
         # Sharded, a member follows (and loads) only what is placed on it.
-        indexes.follow(namespaces if ownership is None else ownership.rebalance(namespaces))
+        if ownership is None:
+            indexes.follow((tenant, info, WHOLE) for tenant, info in namespaces)
+        else:
+            indexes.follow(ownership.rebalance(namespaces))
 
     while True:
         await asyncio.sleep(FOLLOW_INTERVAL_SECONDS)
@@ -77,7 +81,7 @@ async def _follow_loop(
 
 
 def _sharding(
-    settings: Settings, engine: Engine, indexes: IndexManager
+    settings: Settings, engine: Engine, store: SemanticStore, indexes: IndexManager
 ) -> tuple[Router, Ownership] | None:
     """The member this process is when namespaces are sharded (docs/SHARDS.md)."""
     if not settings.query_advertise:
@@ -90,7 +94,10 @@ def _sharding(
         settings.query_hop_secret,
     )
     membership.start()  # registered as warming: no traffic is placed on it yet
-    return Router(membership, settings.tls), Ownership(indexes, membership)
+    router = Router(membership, settings.tls)
+    ownership = Ownership(indexes, membership, store, settings.query_partition_chunks)
+    router.partitions = ownership.partitions
+    return router, ownership
 
 
 async def _run(settings: Settings) -> None:
@@ -99,7 +106,7 @@ async def _run(settings: Settings) -> None:
     configure_threads()
     embedder = default_embedder(settings.embed_threads, side_by_side=True)
     indexes = IndexManager(store, settings.data_dir / "indexes", settings.fault_rebuild_delay_ms)
-    sharding = _sharding(settings, engine, indexes)
+    sharding = _sharding(settings, engine, store, indexes)
     router, ownership = sharding if sharding is not None else (None, None)
     if ownership is None:
         indexes.warm()
@@ -109,7 +116,7 @@ async def _run(settings: Settings) -> None:
     # The outbox is the deployment's, in the shared store: this process shows all of it.
     metrics.registry.register(OutboxGauges(make_sessions(engine)))
     if router is not None:
-        metrics.registry.register(ShardGauges(router, lambda: len(indexes.loaded_ids())))
+        metrics.registry.register(ShardGauges(router, indexes))
     if settings.metrics_listen:
         metrics.serve(settings.metrics_listen, settings.http_allowed_hosts, settings.tls)
     pool = concurrent.futures.ThreadPoolExecutor(SEARCH_THREADS, thread_name_prefix="search")

@@ -26,6 +26,8 @@ _COLUMNS = (
     NamespaceRow.dimension,
     NamespaceRow.change_seq,
     NamespaceRow.created_at,
+    NamespaceRow.partitions,
+    NamespaceRow.partitions_next,
 )
 
 
@@ -45,7 +47,12 @@ class NamespaceHeads:
         if names is not None:
             stmt = stmt.where(NamespaceRow.name.in_(list(names)))
         with self._engine.connect() as connection:
-            return {row.name: NamespaceInfo(*row) for row in connection.execute(stmt)}
+            return {
+                row.name: NamespaceInfo(
+                    *row[:6], partitions=row.partitions, partitions_next=row.partitions_next
+                )
+                for row in connection.execute(stmt)
+            }
 
     def get(self, tenant: str, names: Sequence[str]) -> dict[str, NamespaceInfo]:
         """The row of each named namespace that exists."""

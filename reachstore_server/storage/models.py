@@ -58,6 +58,10 @@ class NamespaceRow(Base):
     dimension: Mapped[int] = mapped_column(Integer)
     change_seq: Mapped[int] = mapped_column(BigInteger, default=0)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # How many partitions the query tier routes searches of it to, and how many it is
+    # loading (ahead only while a split warms): docs/SHARDS.md, "Partitions".
+    partitions: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    partitions_next: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
 
 
 class DocumentRow(Base):

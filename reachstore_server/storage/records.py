@@ -17,6 +17,9 @@ class NamespaceInfo:
     created_at: dt.datetime
     document_count: int = 0
     chunk_count: int = 0
+    # Partitions searches are routed to, and partitions being loaded (docs/SHARDS.md).
+    partitions: int = 1
+    partitions_next: int = 1
 
 
 @dataclasses.dataclass(frozen=True)

@@ -54,6 +54,8 @@ def _ns_info(row: NamespaceRow, documents: int = 0, chunks: int = 0) -> Namespac
         row.created_at,
         documents,
         chunks,
+        partitions=row.partitions,
+        partitions_next=row.partitions_next,
     )
 
 
@@ -141,6 +143,33 @@ class SemanticStore:
         """Every namespace of every tenant, for a query replica warming its indexes."""
         with self._sessions() as session:
             return [(r.tenant, _ns_info(r)) for r in session.scalars(select(NamespaceRow))]
+
+    def split_namespace(self, namespace_id: int, count: int) -> bool:
+        """Asks the query tier to load the namespace in ``count`` partitions (never fewer
+        than it has); whether this call raised the count. Any member may ask: the first
+        wins and the rest change nothing (docs/SHARDS.md, "Partitions")."""
+        with self._sessions.begin() as session:
+            moved = session.execute(
+                update(NamespaceRow)
+                .where(NamespaceRow.id == namespace_id, NamespaceRow.partitions_next < count)
+                .values(partitions_next=count)
+            )
+            return bool(moved.rowcount)  # type: ignore[attr-defined]
+
+    def route_partitions(self, namespace_id: int, count: int) -> bool:
+        """Routes the namespace's searches to its ``count`` partitions, once they are
+        loaded (the count must be the one being loaded); whether this call moved it."""
+        with self._sessions.begin() as session:
+            moved = session.execute(
+                update(NamespaceRow)
+                .where(
+                    NamespaceRow.id == namespace_id,
+                    NamespaceRow.partitions < count,
+                    NamespaceRow.partitions_next == count,
+                )
+                .values(partitions=count)
+            )
+            return bool(moved.rowcount)  # type: ignore[attr-defined]
 
     def delete_namespace(self, tenant: str, name: str) -> bool:
         with self._sessions.begin() as session:

@@ -19,9 +19,9 @@ from reachstore_server.common.identity import caller
 from reachstore_server.common.timefmt import rfc3339
 from reachstore_server.query.coverage import KEEP_MINUTES, MINUTE_S, CoverageLog
 from reachstore_server.query.indexes import IndexManager
-from reachstore_server.query.shards.placement import shard_key
+from reachstore_server.query.shards.partitions import parts, unit_key
 from reachstore_server.query.shards.router import Router
-from reachstore_server.storage.repository import SemanticStore
+from reachstore_server.storage.repository import NamespaceInfo, SemanticStore
 
 MIN_WINDOW_S = 60
 MAX_WINDOW_S = KEEP_MINUTES * MINUTE_S
@@ -67,16 +67,9 @@ class NamespaceHealthCalls:
                 coverage_ratio=seen.ratio,
             )
             if self._router is not None:
-                view = self._router.membership.view
-                key = shard_key(who.tenant, info.name)
-                placed = view.route_owners(key)
-                entry.owners.extend(m.member_id for m in placed if view.ready(m, key))
-                entry.warming_owners.extend(
-                    m.member_id
-                    for m in view.members
-                    if (m.state == "warming" and view.would_hold(m.member_id, key))
-                    or (m in placed and not view.ready(m, key))
-                )
+                owners, warming = self._placement(who.tenant, info)
+                entry.owners.extend(owners)
+                entry.warming_owners.extend(m for m in warming if m not in owners)
             for category, code, count in seen.by_reason[:MAX_REASONS]:
                 entry.missing_by.add(category=category, error_code=code, count=count)
             if seen.last_missing_at:
@@ -84,3 +77,26 @@ class NamespaceHealthCalls:
                     dt.datetime.fromtimestamp(seen.last_missing_at, dt.UTC)
                 )
         return response
+
+    def _placement(self, tenant: str, info: NamespaceInfo) -> tuple[list[str], list[str]]:
+        """The members serving the namespace with its index ready, best first, and those it
+        is moving to that are still loading. Of a namespace split into partitions
+        (docs/SHARDS.md), the members serving any of its partitions, and those loading
+        any of the partitions it is being split into."""
+        assert self._router is not None
+        view = self._router.membership.view
+        owners: list[str] = []
+        warming: list[str] = []
+        for count in sorted({info.partitions, info.partitions_next}):
+            for part in parts(count):
+                key = unit_key(tenant, info.name, part)
+                placed = view.route_owners(key)
+                if count == info.partitions:
+                    owners.extend(m.member_id for m in placed if view.ready(m, key))
+                warming.extend(
+                    m.member_id
+                    for m in view.members
+                    if (m.state == "warming" and view.would_hold(m.member_id, key))
+                    or (m in placed and not (count == info.partitions and view.ready(m, key)))
+                )
+        return list(dict.fromkeys(owners)), list(dict.fromkeys(warming))

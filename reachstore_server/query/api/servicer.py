@@ -31,11 +31,38 @@ from reachstore_server.embedding import Embedder
 from reachstore_server.query.api.namespace_health import NamespaceHealthCalls
 from reachstore_server.query.coverage import CoverageLog
 from reachstore_server.query.fanout import PREPARE_ALLOWANCE_S, FanOut
-from reachstore_server.query.index import CancelToken, Hit, SearchCancelled, merge_hits
+from reachstore_server.query.index import (
+    CancelToken,
+    Hit,
+    PartitionHits,
+    SearchCancelled,
+    TermStats,
+    merge_hits,
+)
 from reachstore_server.query.indexes import IndexManager, Slot
 from reachstore_server.query.metrics import QueryMetrics
-from reachstore_server.query.shards.placement import shard_key
-from reachstore_server.query.shards.router import Router, forwarded_metadata
+from reachstore_server.query.shards.partial import Answer, PartlyAnswered, combine
+from reachstore_server.query.shards.partitions import (
+    WHOLE,
+    Part,
+    label_of,
+    parts,
+    split_label,
+    unit_key,
+)
+from reachstore_server.query.shards.router import (
+    LEXICAL_STATS_HEADER,
+    RAW_SCORES_TRAILER,
+    STAGE_HEADER,
+    TERM_STATS_STAGE,
+    TERM_STATS_TRAILER,
+    Router,
+    decode_stats,
+    encode_stats,
+    forwarded_metadata,
+    raw_scores,
+    signed_headers,
+)
 from reachstore_server.storage.query_members import Member
 from reachstore_server.storage.repository import DocumentInfo, NamespaceInfo, SemanticStore
 
@@ -45,11 +72,19 @@ log = logging.getLogger(__name__)
 REBUILD_WAIT_SHARE = 0.8
 
 
+# Share of the budget the first round of a query over split namespaces may take.
+STATS_SHARE = 0.25
+
+
+def _any_partition(labels: list[str]) -> bool:
+    return any(split_label(label)[1].count > 1 for label in labels)
+
+
 class _Rebuilding(Exception):
     """The namespace's index did not finish loading within its share of the budget."""
 
 
-def _exists(outcome: list[Hit] | pf_pb2.PartialFailure | None) -> bool:
+def _exists(outcome: Answer | None) -> bool:
     """Whether a namespace's outcome says it exists for the caller."""
     if isinstance(outcome, pf_pb2.PartialFailure):
         return outcome.error_code != errors.NAMESPACE_UNAVAILABLE.code
@@ -69,6 +104,8 @@ class _Plan:
     # A search another member forwarded does not wait for an index still loading: that
     # member asks the namespace's other owner instead (docs/SHARDS.md).
     waits_for_index: bool = True
+    # Of a namespace split into partitions: its BM25 statistics, summed over them.
+    lexical_stats: Mapping[str, TermStats] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -192,13 +229,28 @@ class QueryServicer(NamespaceHealthCalls, pb_grpc.QueryServiceServicer):
         loop = asyncio.get_running_loop()
         if requested == ["*"]:
             requested = await loop.run_in_executor(self._pool, self._expand_star, who)
-        forwarded = self._router is not None and self._router.is_forwarded(
-            request, context.invocation_metadata() or ()
-        )
-        remote = {} if forwarded else self._placed_elsewhere(who.tenant, requested)
-        local = [name for name in requested if name not in remote]
+        # Read only when sharded: a process that is not a member ignores the hop headers.
+        metadata = (context.invocation_metadata() or ()) if self._router is not None else ()
+        forwarded = self._router is not None and self._router.is_forwarded(request, metadata)
+        if forwarded:
+            assert self._router is not None
+            asked = self._router.parts_asked(metadata)
+            local = {label_of(n, asked.get(n, WHOLE)): (n, asked.get(n, WHOLE)) for n in requested}
+            remote: dict[str, list[Member]] = {}
+        else:
+            local, remote = self._route(who.tenant, requested)
+        hop = signed_headers(metadata) if forwarded else {}
+        if hop.get(STAGE_HEADER) == TERM_STATS_STAGE:
+            return await self._term_stats_answer(who, request, local, context)
+        lexical_stats = decode_stats(hop.get(LEXICAL_STATS_HEADER, ""))
+        if not forwarded and request.query.strip() and _any_partition([*local, *remote]):
+            stats_by = time.monotonic() + budget_ms / 1000 * STATS_SHARE
+            lexical_stats = await self._namespace_stats(
+                who, request, local, remote, forwarded_metadata(metadata), stats_by
+            )
+        local_names = list(dict.fromkeys(name for name, _ in local.values()))
         shared = _Shared()
-        tokens = {name: CancelToken() for name in local}
+        tokens = {label: CancelToken() for label in local}
 
         def prelude() -> None:
             # The two reads every query needs, done by the thread that then runs the
@@ -206,7 +258,7 @@ class QueryServicer(NamespaceHealthCalls, pb_grpc.QueryServiceServicer):
             # writes) and the question's vector. Each namespace's budget starts after them.
             if not local:  # every namespace is searched by other members
                 return
-            heads = self._store.namespace_heads(who.tenant, local)
+            heads = self._store.namespace_heads(who.tenant, local_names)
             # A namespace outside the key's grants reads exactly like one that does not exist.
             shared.heads = {n: h for n, h in heads.items() if who.may_use(n)}
             shared.plan = _Plan(
@@ -217,11 +269,14 @@ class QueryServicer(NamespaceHealthCalls, pb_grpc.QueryServiceServicer):
                 budget_ms=budget_ms,
                 deadline=time.monotonic() + budget_ms / 1000,
                 waits_for_index=not forwarded,
+                lexical_stats=lexical_stats,
             )
 
         jobs = {
-            name: functools.partial(self._namespace_job, shared, who.tenant, name, tokens[name])
-            for name in local
+            label: functools.partial(
+                self._namespace_job, shared, who.tenant, name, part, tokens[label]
+            )
+            for label, (name, part) in local.items()
         }
         elsewhere = None
         if remote:
@@ -230,8 +285,9 @@ class QueryServicer(NamespaceHealthCalls, pb_grpc.QueryServiceServicer):
                 self._router.search(
                     request,
                     remote,
-                    forwarded_metadata(context.invocation_metadata() or ()),
+                    forwarded_metadata(metadata),
                     time.monotonic() + budget_ms / 1000,
+                    lexical_stats,
                 )
             )
         self._in_flight += 1
@@ -249,54 +305,142 @@ class QueryServicer(NamespaceHealthCalls, pb_grpc.QueryServiceServicer):
                 elsewhere.cancel()
         if fanout.prelude_error is not None:
             raise fanout.prelude_error
-        outcomes = {
-            name: self._outcome(name, outcome, tokens.get(name) or CancelToken(), budget_ms)
-            for name, outcome in finished.items()
-        }
+        by_part: dict[str, dict[Part, list[Hit] | pf_pb2.PartialFailure]] = {}
+        for label, outcome in finished.items():
+            name, part = split_label(label)
+            token = tokens.get(label) or CancelToken()
+            by_part.setdefault(name, {})[part] = self._outcome(name, outcome, token, budget_ms)
+        outcomes = {name: combine(found, top_k) for name, found in by_part.items()}
         # What other members searched counts as well, unless it does not exist (or is not
         # this key's to see): a namespace missing for want of its shard is what the health
         # view is for.
-        counted = set(shared.heads) | {name for name in remote if _exists(outcomes.get(name))}
+        elsewhere_names = {split_label(label)[0] for label in remote}
+        counted = set(shared.heads) | {n for n in elsewhere_names if _exists(outcomes.get(n))}
         self._count_coverage(who.tenant, counted, outcomes)
-        return self._respond(request, requested, outcomes, top_k)
+        return self._respond(request, requested, outcomes, top_k, context if forwarded else None)
 
-    def _placed_elsewhere(self, tenant: str, requested: list[str]) -> dict[str, list[Member]]:
-        """The namespaces other members search for this query, each with the owners to
-        ask, best first (docs/SHARDS.md). Empty when namespaces are not sharded. Not asked
-        for a search another member forwarded: it was routed once already."""
+    async def _namespace_stats(
+        self,
+        who: Caller,
+        request: pb.QueryRequest,
+        local: Mapping[str, tuple[str, Part]],
+        remote: Mapping[str, list[Member]],
+        metadata: tuple[tuple[str, str], ...],
+        deadline: float,
+    ) -> dict[str, TermStats]:
+        """The first round of a query over namespaces split into partitions: the BM25
+        statistics of every partition for the question's terms, summed per namespace, so
+        that each partition scores as the whole namespace would (docs/SHARDS.md). A
+        partition that does not answer by ``deadline`` is left out of the sums."""
+        assert self._router is not None
+        split_local = {label: u for label, u in local.items() if u[1].count > 1}
+        split_remote = {label: o for label, o in remote.items() if split_label(label)[1].count > 1}
+        asked = None
+        if split_remote:
+            asked = asyncio.ensure_future(
+                self._router.term_stats(request, split_remote, metadata, deadline)
+            )
+        found: dict[str, TermStats] = {}
+        try:
+            if split_local:
+                found.update(
+                    await asyncio.get_running_loop().run_in_executor(
+                        self._pool, self._term_stats, who, request.query, split_local
+                    )
+                )
+            if asked is not None:
+                found.update(await asked)
+        finally:
+            if asked is not None:
+                asked.cancel()
+        by_name: dict[str, list[TermStats]] = {}
+        for label, stats in found.items():
+            by_name.setdefault(split_label(label)[0], []).append(stats)
+        return {name: TermStats.total(stats) for name, stats in by_name.items()}
+
+    def _term_stats(
+        self, who: Caller, text: str, units: Mapping[str, tuple[str, Part]]
+    ) -> dict[str, TermStats]:
+        """The BM25 statistics of the partitions of ``units`` held here and loaded, by
+        label. In a worker thread."""
+        names = [n for n in dict.fromkeys(n for n, _ in units.values()) if who.may_use(n)]
+        heads = self._store.namespace_heads(who.tenant, names)
+        out: dict[str, TermStats] = {}
+        for label, (name, part) in units.items():
+            head = heads.get(name)
+            slot = self._indexes.held(who.tenant, head, part) if head is not None else None
+            if slot is not None and slot.ready.is_set() and slot.index is not None:
+                out[label] = slot.index.term_stats(text)
+        return out
+
+    async def _term_stats_answer(
+        self,
+        who: Caller,
+        request: pb.QueryRequest,
+        local: Mapping[str, tuple[str, Part]],
+        context: grpc.aio.ServicerContext,
+    ) -> pb.QueryResponse:
+        """A member's first round (``_namespace_stats``) asked of this one: no search,
+        the statistics in the answer's trailing metadata."""
+        found = await asyncio.get_running_loop().run_in_executor(
+            self._pool, self._term_stats, who, request.query, local
+        )
+        stats = {split_label(label)[0]: s for label, s in found.items()}
+        context.set_trailing_metadata(((TERM_STATS_TRAILER, encode_stats(stats)),))
+        meta = pb.QueryMeta(
+            namespaces_queried=list(request.namespaces), namespaces_succeeded=list(stats)
+        )
+        return pb.QueryResponse(meta=meta)
+
+    def _route(
+        self, tenant: str, requested: list[str]
+    ) -> tuple[dict[str, tuple[str, Part]], dict[str, list[Member]]]:
+        """Which searches this member runs itself, and which other members run, each with
+        the owners to ask, best first (docs/SHARDS.md). A search is of a namespace, or of
+        one partition of a namespace split into partitions; both are keyed by their label
+        (``partitions.label_of``). Everything is local when namespaces are not sharded.
+        Not asked for a search another member forwarded: it was routed once already."""
         router = self._router
         if router is None:
-            return {}
+            return {name: (name, WHOLE) for name in requested}, {}
         view = router.membership.view
         me = view.me
         self._rotation += 1
+        local: dict[str, tuple[str, Part]] = {}
         remote: dict[str, list[Member]] = {}
         for name in requested:
-            owners = view.route_owners(shard_key(tenant, name))
-            if not owners:
-                continue  # no member serves yet: this one answers as an unsharded replica
-            others = [m for m in owners if m.member_id != me]
-            if len(others) < len(owners) and (
-                not others or self._indexes.ready_named(tenant, name)
-            ):
-                continue  # this member owns it and can answer now
-            # Spread the namespace's searches over its owners; the others stay behind
-            # as the ones tried when the first does not answer.
-            turn = self._rotation % len(others)
-            remote[name] = others[turn:] + others[:turn]
-        return remote
+            for part in parts(router.partitions(tenant, name)):
+                label = label_of(name, part)
+                owners = view.route_owners(unit_key(tenant, name, part))
+                others = [m for m in owners if m.member_id != me]
+                if not owners or (
+                    len(others) < len(owners)
+                    and (not others or self._indexes.ready_named(tenant, name, part))
+                ):
+                    # This member owns it and can answer now, or no member serves yet
+                    # and this one answers as an unsharded replica.
+                    local[label] = (name, part)
+                    continue
+                # Spread the searches over the owners; the others stay behind as the
+                # ones tried when the first does not answer.
+                turn = self._rotation % len(others)
+                remote[label] = others[turn:] + others[:turn]
+        return local, remote
 
     def _count_coverage(
         self,
         tenant: str,
         existing: set[str],
-        outcomes: Mapping[str, list[Hit] | pf_pb2.PartialFailure],
+        outcomes: Mapping[str, Answer],
     ) -> None:
-        """Feeds ListNamespaceHealth: which existing namespaces answered and which did not."""
+        """Feeds ListNamespaceHealth: which existing namespaces answered and which did not
+        (a namespace that answered in part counts as missing)."""
         answered, missing = [], []
         for name, outcome in outcomes.items():
             if name not in existing:
                 continue
+            if isinstance(outcome, PartlyAnswered):
+                outcome = outcome.failure
             if isinstance(outcome, pf_pb2.PartialFailure):
                 missing.append((name, int(outcome.category), outcome.error_code))
             else:
@@ -307,16 +451,27 @@ class QueryServicer(NamespaceHealthCalls, pb_grpc.QueryServiceServicer):
         return [n for n in self._store.namespace_names(who.tenant) if who.may_use(n)]
 
     def _namespace_job(
-        self, shared: _Shared, tenant: str, name: str, query_token: CancelToken
+        self, shared: _Shared, tenant: str, name: str, part: Part, query_token: CancelToken
     ) -> list[Hit] | pf_pb2.PartialFailure:
-        """One namespace, in a worker thread: its refusal, or its search."""
+        """One namespace (or one partition of it), in a worker thread: its refusal, or its
+        search. A namespace's search is charged to its rate once, by its first partition."""
         head = shared.heads.get(name)
-        refusal = self._refusal(name, head) or self._over_rate(tenant, name)
+        refusal = self._refusal(name, head)
+        if refusal is None and part.index == 0:
+            refusal = self._over_rate(tenant, name)
         if refusal is not None:
             return refusal
         assert head is not None and shared.plan is not None
         cancel = CancelToken(deadline=shared.plan.deadline, parent=query_token)
-        slot = self._indexes.slot(tenant, head)
+        if shared.plan.waits_for_index:
+            slot = self._indexes.slot(tenant, head, part)
+        else:
+            # Forwarded by another member: searched only if held here. Loading it for one
+            # search would hold, for three leases, an index placed on other members.
+            held = self._indexes.held(tenant, head, part)
+            if held is None:
+                raise _Rebuilding(name)
+            slot = held
         return self._search_blocking(slot, head.change_seq, shared.plan, cancel)
 
     def _refusal(self, name: str, head: NamespaceInfo | None) -> pf_pb2.PartialFailure | None:
@@ -388,19 +543,29 @@ class QueryServicer(NamespaceHealthCalls, pb_grpc.QueryServiceServicer):
         self,
         request: pb.QueryRequest,
         requested: list[str],
-        outcomes: Mapping[str, list[Hit] | pf_pb2.PartialFailure],
+        outcomes: Mapping[str, Answer],
         top_k: int,
+        forwarded: grpc.aio.ServicerContext | None = None,
     ) -> pb.QueryResponse:
+        """The answer. ``forwarded``: the context of a search another member sent, which
+        gets the retrievers' scores of partition hits in its trailing metadata."""
         per_namespace: dict[str, list[Hit]] = {}
         failed = []
+        answered = 0.0  # namespaces, a partly answered one by the share of it that did
+        succeeded = []
         for name in requested:
             outcome = outcomes[name]
             if isinstance(outcome, pf_pb2.PartialFailure):
                 failed.append(outcome)
+            elif isinstance(outcome, PartlyAnswered):
+                failed.append(outcome.failure)
+                per_namespace[name] = outcome.hits
+                answered += outcome.share
             else:
                 per_namespace[name] = outcome
-        succeeded = [n for n in requested if n in per_namespace]
-        coverage = len(succeeded) / len(requested) if requested else 0.0
+                succeeded.append(name)
+                answered += 1
+        coverage = answered / len(requested) if requested else 0.0
         self.metrics.observe(coverage, failed)
         if failed and request.HasField("allow_partial") and not request.allow_partial:
             # Retrying the whole query only helps when every missing part may come back.
@@ -416,6 +581,9 @@ class QueryServicer(NamespaceHealthCalls, pb_grpc.QueryServiceServicer):
                 },
                 details=failed,
             )
+        # Another member merges a forwarded answer with the rest: it gets every hit.
+        cut = sum(len(h) for h in per_namespace.values()) if forwarded is not None else top_k
+        merged = merge_hits(per_namespace, cut)
         results = [
             pb.QueryResult(
                 namespace=name,
@@ -425,8 +593,13 @@ class QueryServicer(NamespaceHealthCalls, pb_grpc.QueryServiceServicer):
                 score=hit.score,
                 metadata=hit.metadata,
             )
-            for name, hit in merge_hits(per_namespace, top_k)
+            for name, hit in merged
         ]
+        lists = {n: h for n, h in per_namespace.items() if isinstance(h, PartitionHits)}
+        if forwarded is not None and lists:
+            forwarded.set_trailing_metadata(
+                ((RAW_SCORES_TRAILER, raw_scores([h for _, h in merged], lists)),)
+            )
         meta = pb.QueryMeta(
             coverage_ratio=coverage,
             namespaces_queried=requested,
@@ -454,7 +627,13 @@ class QueryServicer(NamespaceHealthCalls, pb_grpc.QueryServiceServicer):
                 cancel.check()
                 time.sleep(0.005)
         return self._indexes.search(
-            slot, plan.vector, plan.text, plan.top_k, plan.metadata_filter, cancel
+            slot,
+            plan.vector,
+            plan.text,
+            plan.top_k,
+            plan.metadata_filter,
+            cancel,
+            plan.lexical_stats.get(slot.name),
         )
 
     # --- documents --------------------------------------------------------------------------

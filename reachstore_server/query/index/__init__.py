@@ -9,14 +9,16 @@ Call :func:`configure_threads` once at service start-up (one OpenMP thread per w
 
 from .cancel import CancelToken, SearchCancelled
 from .dense import EF_SEARCH, HNSW_THRESHOLD, DenseIndex, configure_threads
-from .lexical import LexicalIndex
+from .lexical import LexicalIndex, TermStats
 from .merge import merge_hits
 from .namespace_index import RRF_K, NamespaceIndex, candidate_count
-from .records import ChunkRecord, Hit
+from .records import ChunkRecord, Hit, PartitionHits
 from .snapshot import SnapshotCorrupt, read_snapshot_file, write_snapshot_file
 from .tokenize import tokenize
 
 __all__ = [
+    "PartitionHits",
+    "TermStats",
     "CancelToken",
     "ChunkRecord",
     "DenseIndex",

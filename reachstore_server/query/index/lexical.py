@@ -27,10 +27,16 @@ Scoring is Okapi BM25 with Lucene's non-negative idf:
 ``idf = ln(1 + (N - df + 0.5) / (df + 0.5))`` and
 ``tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))``, summed over query terms
 (a term repeated in the query counts that many times).
+
+N, avgdl and df are this index's own unless the search is given ``TermStats``: the index
+of one partition of a namespace is searched with the whole namespace's statistics, summed
+over its partitions (``term_stats``), so that its scores are the ones the whole namespace's
+index would give (reachstore_server/query/shards/partial.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from array import array
@@ -42,7 +48,25 @@ import numpy as np
 from .cancel import CancelToken
 from .tokenize import tokenize
 
-__all__ = ["LexicalIndex"]
+__all__ = ["LexicalIndex", "TermStats"]
+
+
+@dataclasses.dataclass(frozen=True)
+class TermStats:
+    """What BM25 needs of a collection for one query: its live chunks, their total length
+    in terms, and each query term's document frequency."""
+
+    live: int
+    total_len: int
+    df: dict[str, int]
+
+    @staticmethod
+    def total(parts: list[TermStats]) -> TermStats:
+        df: Counter[str] = Counter()
+        for part in parts:
+            df.update(part.df)
+        return TermStats(sum(p.live for p in parts), sum(p.total_len for p in parts), dict(df))
+
 
 _MIN_CAPACITY = 1024
 _COMPACT_MIN_DEAD = 1024
@@ -172,6 +196,7 @@ class LexicalIndex:
         k: int,
         allowed_ids: set[int] | frozenset[int] | None = None,
         cancel: CancelToken | None = None,
+        stats: TermStats | None = None,
     ) -> list[tuple[int, float]]:
         """Top ``k`` ``(chunk_id, bm25_score)`` by score desc (ties by chunk id).
 
@@ -182,7 +207,7 @@ class LexicalIndex:
         if k <= 0:
             return []
         check = cancel.check if cancel is not None else _no_check
-        scored = self._scores(query_text, check)
+        scored = self._scores(query_text, check, stats)
         if scored is None:
             return []
         scores, cand = scored
@@ -222,24 +247,39 @@ class LexicalIndex:
         k: int,
         allowed_ids: set[int] | frozenset[int] | None = None,
         cancel: CancelToken | None = None,
+        stats: TermStats | None = None,
     ) -> np.ndarray:
         """The chunk ids of :meth:`search`, in its order, as an int64 array: what rank
         fusion needs (``namespace_index.py``), without a Python tuple per hit."""
         if allowed_ids is not None or k <= 0:
-            hits = self.search(query_text, k, allowed_ids, cancel)
+            hits = self.search(query_text, k, allowed_ids, cancel, stats)
             return np.fromiter((cid for cid, _ in hits), dtype=np.int64, count=len(hits))
         check = cancel.check if cancel is not None else _no_check
-        scored = self._scores(query_text, check)
+        scored = self._scores(query_text, check, stats)
         if scored is None:
             return np.zeros(0, dtype=np.int64)
         scores, cand = scored
         return self._ids[self._top_slots(scores, cand, k)]
 
+    def term_stats(self, query_text: str) -> TermStats:
+        """This index's BM25 statistics for the query's terms."""
+        n = self._nslots
+        alive = self._alive[:n]
+        some_dead = len(self._slot_of) < n
+        df = {}
+        for term, _ in _query_terms(self._tokenize, query_text):
+            posting = self._posting_arrays(term)
+            if posting is not None:
+                slots = posting[0]
+                df[term] = int(np.count_nonzero(alive[slots])) if some_dead else len(slots)
+        return TermStats(len(self._slot_of), int(self._total_len), df)
+
     def _scores(
-        self, query_text: str, check: Callable[[], None]
+        self, query_text: str, check: Callable[[], None], stats: TermStats | None = None
     ) -> tuple[np.ndarray, np.ndarray] | None:
         """BM25 score of every slot and the slots that scored, or None when no chunk
-        shares a term with the query."""
+        shares a term with the query. ``stats``: N, avgdl and df of the whole collection
+        this index is a partition of, instead of its own."""
         check()
         nlive = len(self._slot_of)
         if nlive == 0:
@@ -251,6 +291,9 @@ class LexicalIndex:
         alive = self._alive[:n]
         some_dead = nlive < n
         avgdl = self._total_len / nlive if self._total_len > 0 else 1.0
+        if stats is not None and stats.live >= nlive:
+            nlive = stats.live
+            avgdl = stats.total_len / nlive if stats.total_len > 0 else 1.0
         k1, b = self.k1, self.b
         parts_slots: list[np.ndarray] = []
         parts_tf: list[np.ndarray] = []
@@ -265,6 +308,8 @@ class LexicalIndex:
             df = int(np.count_nonzero(alive[slots])) if some_dead else len(slots)
             if df == 0:
                 continue
+            if stats is not None:
+                df = max(df, stats.df.get(term, df))
             parts_slots.append(slots)
             parts_tf.append(tf)
             weights.append(qtf * math.log(1.0 + (nlive - df + 0.5) / (df + 0.5)) * (k1 + 1.0))

@@ -15,8 +15,8 @@ from .dense import (
     SMALL_SUBSET,
     DenseIndex,
 )
-from .lexical import LexicalIndex
-from .records import ChunkRecord, Hit
+from .lexical import LexicalIndex, TermStats
+from .records import ChunkRecord, Hit, PartitionHits
 from .rwlock import ReadWriteLock
 from .snapshot import SnapshotCorrupt, decode_snapshot, encode_snapshot
 
@@ -225,6 +225,11 @@ class NamespaceIndex:
 
     # ---- search ---------------------------------------------------------------------
 
+    def term_stats(self, query_text: str) -> TermStats:
+        """The index's BM25 statistics for the query's terms (see ``lexical.py``)."""
+        with self._lock.read():
+            return self._lexical.term_stats(query_text)
+
     def search(
         self,
         query_vector: np.ndarray | None,
@@ -232,6 +237,8 @@ class NamespaceIndex:
         top_k: int,
         filter: Mapping[str, str] | None = None,
         cancel: CancelToken | None = None,
+        raw: bool = False,
+        lexical_stats: TermStats | None = None,
     ) -> list[Hit]:
         """Hybrid search: dense top N and BM25 top N (N = max(4*top_k, 50)), fused with
         reciprocal rank fusion, de-duplicated by content hash, cut to ``top_k``.
@@ -247,6 +254,13 @@ class NamespaceIndex:
         comparable across namespaces), so the scores of different namespaces are on
         one scale and can be merged by value (see ``merge.py``). The top hit found by
         both retrievers scores 2/61 ~= 0.0328 in every namespace.
+
+        ``raw``: the index of one partition of a namespace is searched so. Each hit keeps
+        its cosine and BM25 score (``Hit.dense``, ``Hit.lexical``), and the answer is a
+        :class:`PartitionHits` with the scores of every candidate of each retriever, by
+        which its hits are fused again with those of the other partitions.
+        ``lexical_stats``: the whole namespace's BM25 statistics for the query, which a
+        partition's index scores with instead of its own (``lexical.py``).
         """
         if top_k < 1:
             raise ValueError("top_k must be >= 1")
@@ -264,11 +278,26 @@ class NamespaceIndex:
             if allowed is not None and not allowed:
                 return []
             none = np.zeros(0, dtype=np.int64)
-            dense = self._dense.ranked_ids(q, n, allowed, cancel) if q is not None else none
-            cancel.check()
-            lexical = (
-                self._lexical.ranked_ids(query_text, n, allowed, cancel) if query_text else none
-            )
+            raw_dense: dict[int, float] = {}
+            raw_lexical: dict[int, float] = {}
+            if raw:
+                if q is not None:
+                    raw_dense = dict(self._dense.search(q, n, allowed, cancel))
+                cancel.check()
+                if query_text:
+                    raw_lexical = dict(
+                        self._lexical.search(query_text, n, allowed, cancel, lexical_stats)
+                    )
+                dense = np.fromiter(raw_dense, dtype=np.int64, count=len(raw_dense))
+                lexical = np.fromiter(raw_lexical, dtype=np.int64, count=len(raw_lexical))
+            else:
+                dense = self._dense.ranked_ids(q, n, allowed, cancel) if q is not None else none
+                cancel.check()
+                lexical = (
+                    self._lexical.ranked_ids(query_text, n, allowed, cancel, lexical_stats)
+                    if query_text
+                    else none
+                )
             cancel.check()
             fused_ids, fused_scores = _rrf((dense, lexical))
             hits: list[Hit] = []
@@ -288,10 +317,14 @@ class NamespaceIndex:
                         metadata=dict(rec.metadata),
                         content_hash=rec.content_hash,
                         score=score,
+                        dense=raw_dense.get(cid),
+                        lexical=raw_lexical.get(cid),
                     )
                 )
                 if len(hits) == top_k:
                     break
+        if raw:
+            return PartitionHits(hits, list(raw_dense.values()), list(raw_lexical.values()))
         return hits
 
     def _allowed(self, filter: Mapping[str, str] | None) -> set[int] | None:

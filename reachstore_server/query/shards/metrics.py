@@ -1,20 +1,21 @@
-"""What monitoring sees of the shards: the members this one knows, the namespaces it holds,
-and the searches it forwarded (read on each scrape)."""
+"""What monitoring sees of the shards: the members this one knows, the indexes and chunks it
+holds, and the searches it forwarded (read on each scrape)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from reachstore_server.query.indexes import IndexManager
 from reachstore_server.query.shards.router import Router
 
 
 class ShardGauges(Collector):
-    def __init__(self, router: Router, held: Callable[[], int]) -> None:
+    def __init__(self, router: Router, indexes: IndexManager) -> None:
         self._router = router
-        self._held = held
+        self._indexes = indexes
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         view = self._router.membership.view
@@ -28,8 +29,14 @@ class ShardGauges(Collector):
         yield members
         yield GaugeMetricFamily(
             "reachstore_query_shard_namespaces_held",
-            "Namespaces whose index this process holds (loaded or loading).",
-            value=self._held(),
+            "Indexes this process holds, loaded or loading: one per namespace, or per "
+            "partition of a namespace split into partitions.",
+            value=len(self._indexes.loaded()),
+        )
+        yield GaugeMetricFamily(
+            "reachstore_query_shard_chunks_held",
+            "Chunks in the indexes this process holds (what its memory grows with).",
+            value=self._indexes.chunks_held(),
         )
         yield CounterMetricFamily(
             "reachstore_query_shard_forwarded_calls",
