@@ -78,7 +78,7 @@ def _ranker(scores: Sequence[np.ndarray]) -> Callable[[float], float]:
     more than those above it, and candidates with the very same score share the middle
     of their places (a whole index breaks such ties by chunk id, which a partition's
     candidate scores do not carry)."""
-    ordered = np.sort(np.concatenate([np.asarray(x, dtype=np.float64) for x in scores]))
+    ordered = np.sort(np.concatenate([_NONE, *(np.asarray(x, dtype=np.float64) for x in scores)]))
 
     def rank(score: float) -> float:
         below = int(np.searchsorted(ordered, score, side="left"))
