@@ -10,6 +10,7 @@ partitions are placed on the live members."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,52 +50,70 @@ def _text(i: int) -> str:
     return f"Atlas entry {i}: the {a} {b} survey, sheet q{i:03d}x, notes on {c}."
 
 
-def _ingest(tier: Tier, tmp_path: Path) -> None:
-    ingest = ServiceProcess(
-        "reachstore_server.ingest.main",
-        "reachstore.ingest.v1.IngestService",
-        tmp_path,
-        "ingest",
-        {**tier.common, "REACHSTORE_DATA_DIR": str(tmp_path / "ingest")},
-    ).start()
-    try:
-        stub = ingest_grpc.IngestServiceStub(ingest.channel)
-        tasks = []
-        for name, count in ((BIG, DOCUMENTS), (SMALL, 1)):
-            stub.CreateNamespace(ingest_pb.CreateNamespaceRequest(name=name), timeout=10)
-            for start in range(0, count, 48):
-                reply = stub.BatchCreateDocuments(
-                    ingest_pb.BatchCreateDocumentsRequest(
-                        namespace=name,
-                        documents=[
-                            ingest_pb.DocumentInput(document_id=_document_id(i), text=_text(i))
-                            for i in range(start, min(count, start + 48))
-                        ],
-                    ),
-                    timeout=30,
-                )
-                tasks.extend(r.task_id for r in reply.results)
+class Writer:
+    """The ingest service of the test, kept running beside the members."""
+
+    def __init__(self, tier: Tier, tmp_path: Path) -> None:
+        self.process = ServiceProcess(
+            "reachstore_server.ingest.main",
+            "reachstore.ingest.v1.IngestService",
+            tmp_path,
+            "ingest",
+            {**tier.common, "REACHSTORE_DATA_DIR": str(tmp_path / "ingest")},
+        ).start()
+        self.stub = ingest_grpc.IngestServiceStub(self.process.channel)
+
+    def _wait(self, tasks: list[str]) -> None:
         deadline = time.monotonic() + 120
         for task_id in tasks:
             while (
-                stub.GetTask(ingest_pb.GetTaskRequest(task_id=task_id), timeout=10).task.state
+                self.stub.GetTask(ingest_pb.GetTaskRequest(task_id=task_id), timeout=10).task.state
                 != ingest_pb.TASK_STATE_COMPLETED
             ):
                 assert time.monotonic() < deadline, "ingest did not finish"
                 time.sleep(0.1)
-    finally:
-        ingest.stop()
+
+    def put(self, name: str, ids: range) -> None:
+        tasks = []
+        for start in range(ids.start, ids.stop, 48):
+            reply = self.stub.BatchCreateDocuments(
+                ingest_pb.BatchCreateDocumentsRequest(
+                    namespace=name,
+                    documents=[
+                        ingest_pb.DocumentInput(document_id=_document_id(i), text=_text(i))
+                        for i in range(start, min(ids.stop, start + 48))
+                    ],
+                ),
+                timeout=30,
+            )
+            tasks.extend(r.task_id for r in reply.results)
+        self._wait(tasks)
+
+    def delete(self, name: str, i: int) -> None:
+        self.stub.DeleteDocument(
+            ingest_pb.DeleteDocumentRequest(namespace=name, document_id=_document_id(i)),
+            timeout=10,
+        )
 
 
 @pytest.fixture
-def tier(tmp_path: Path, pg_database: str) -> Iterator[Tier]:
+def writer(tmp_path: Path, pg_database: str) -> Iterator[tuple[Tier, Writer]]:
     tier = Tier(tmp_path, pg_database)
     tier.common["REACHSTORE_QUERY_PARTITION_CHUNKS"] = str(PARTITION_CHUNKS)
-    _ingest(tier, tmp_path)
+    writer = Writer(tier, tmp_path)
     try:
-        yield tier
+        for name, count in ((BIG, DOCUMENTS), (SMALL, 1)):
+            writer.stub.CreateNamespace(ingest_pb.CreateNamespaceRequest(name=name), timeout=10)
+            writer.put(name, range(count))
+        yield tier, writer
     finally:
+        writer.process.stop()
         tier.stop_all()
+
+
+@pytest.fixture
+def tier(writer: tuple[Tier, Writer]) -> Tier:
+    return writer[0]
 
 
 def _namespace_id(tier: Tier) -> int:
@@ -160,10 +179,47 @@ def _split_everywhere(tier: Tier, members: list[ServiceProcess]) -> tuple[int, d
         time.sleep(0.5)
 
 
-def test_a_large_namespace_is_split_and_no_member_holds_all_of_it(tier: Tier) -> None:
+class Searches:
+    """A client asking for one document after another through every member in turn while
+    the namespace is split: every answer must be whole and find its document first."""
+
+    def __init__(self, members: list[ServiceProcess]) -> None:
+        self.members = members
+        self.answers = 0
+        self.wrong: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run)
+
+    def _run(self) -> None:
+        turn = 0
+        while not self._stop.is_set():
+            turn += 1
+            i = (turn * 13) % DOCUMENTS
+            reply = _ask(self.members[turn % len(self.members)], _text(i))
+            self.answers += 1
+            top = [(r.namespace, r.document_id) for r in reply.results[:1]]
+            if reply.meta.coverage_ratio != 1.0 or top != [(BIG, _document_id(i))]:
+                self.wrong.append(f"{i}: {top} {json_format.MessageToJson(reply.meta)}")
+
+    def __enter__(self) -> Searches:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+
+def test_a_large_namespace_is_split_and_no_member_holds_all_of_it(
+    writer: tuple[Tier, Writer],
+) -> None:
+    tier, ingest = writer
     members = [tier.start_member() for _ in range(4)]
     tier.wait_serving(4)
-    count, files = _split_everywhere(tier, members)
+    with Searches(members) as searches:
+        count, files = _split_everywhere(tier, members)
+    # While it was split, every answer was whole and right.
+    assert searches.answers > 20 and not searches.wrong, (searches.answers, searches.wrong[:3])
     # No partition holds more than the partition size; each member holds about 2/4 of
     # them, never all, and every partition is held twice.
     sizes = [0] * count
@@ -176,11 +232,22 @@ def test_a_large_namespace_is_split_and_no_member_holds_all_of_it(tier: Tier) ->
     # Every member answers for the whole namespace: each document is found by its own
     # sheet number, whichever partition holds it, through whichever member is asked.
     for i in range(0, DOCUMENTS, 7):
-        member = members[i % 4]
-        reply = _ask(member, _text(i))
+        reply = _ask(members[i % 4], _text(i))
         assert reply.meta.coverage_ratio == 1.0, reply.meta
         top = [(r.namespace, r.document_id) for r in reply.results]
         assert (BIG, _document_id(i)) == top[0], (i, partition_of(_document_id(i), count), top)
+
+    # Written after the split: a new document is found, a deleted one is not, everywhere.
+    ingest.put(BIG, range(DOCUMENTS, DOCUMENTS + 1))
+    ingest.delete(BIG, 5)
+    for member in members:
+        new = _ask(member, _text(DOCUMENTS))
+        assert (new.results[0].namespace, new.results[0].document_id) == (
+            BIG,
+            _document_id(DOCUMENTS),
+        ), member.name
+        gone = _ask(member, _text(5))
+        assert _document_id(5) not in [r.document_id for r in gone.results], member.name
 
 
 def test_a_missing_partition_makes_its_namespace_a_partial_answer(tier: Tier) -> None:
