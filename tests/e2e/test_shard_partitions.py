@@ -26,7 +26,7 @@ from reachstore.ingest.v1 import ingest_service_pb2_grpc as ingest_grpc
 from reachstore.query.v1 import query_service_pb2 as pb
 from reachstore.query.v1 import query_service_pb2_grpc as pb_grpc
 from reachstore_server.query.shards.partitions import Part, partition_of, unit_key
-from reachstore_server.query.shards.placement import owners
+from reachstore_server.query.shards.placement import owners, shard_key
 from tests.e2e.processes import ServiceProcess
 from tests.e2e.test_shards import LEASE_S, Tier
 
@@ -256,7 +256,10 @@ def test_a_missing_partition_makes_its_namespace_a_partial_answer(tier: Tier) ->
     count, _ = _split_everywhere(tier, members)
     by_id = {member_id: address for address, (member_id, _) in tier.rows().items()}
     placed = _part_owners(tier, count)
-    pair = placed[0]
+    # Two members that own a partition together, and not the small namespace too.
+    small = set(owners(shard_key("default", SMALL), list(by_id), 2))
+    pair = next((o for o in placed.values() if o != small), None)
+    assert pair is not None, (placed, small)
     missing = sorted(i for i, o in placed.items() if o == pair)
     victims = [m for m in members if m.address in {by_id[i] for i in pair}]
     survivor = next(m for m in members if m not in victims)

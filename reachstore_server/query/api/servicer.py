@@ -581,9 +581,12 @@ class QueryServicer(NamespaceHealthCalls, pb_grpc.QueryServiceServicer):
                 },
                 details=failed,
             )
-        # Another member merges a forwarded answer with the rest: it gets every hit.
-        cut = sum(len(h) for h in per_namespace.values()) if forwarded is not None else top_k
-        merged = merge_hits(per_namespace, cut)
+        # A partition's hits are fused again by the member that forwarded its search (with
+        # the other partitions'): it gets all of them, not the first top_k of the call.
+        lists = {n: h for n, h in per_namespace.items() if isinstance(h, PartitionHits)}
+        if forwarded is not None and lists:
+            top_k = sum(len(h) for h in per_namespace.values())
+        merged = merge_hits(per_namespace, top_k)
         results = [
             pb.QueryResult(
                 namespace=name,
@@ -595,7 +598,6 @@ class QueryServicer(NamespaceHealthCalls, pb_grpc.QueryServiceServicer):
             )
             for name, hit in merged
         ]
-        lists = {n: h for n, h in per_namespace.items() if isinstance(h, PartitionHits)}
         if forwarded is not None and lists:
             forwarded.set_trailing_metadata(
                 ((RAW_SCORES_TRAILER, raw_scores([h for _, h in merged], lists)),)

@@ -276,7 +276,7 @@ class NamespaceIndex:
         with self._lock.read(cancel):
             allowed = self._allowed(filter)
             if allowed is not None and not allowed:
-                return []
+                return PartitionHits() if raw else []
             none = np.zeros(0, dtype=np.int64)
             raw_dense: dict[int, float] = {}
             raw_lexical: dict[int, float] = {}
