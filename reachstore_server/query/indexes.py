@@ -35,7 +35,7 @@ from reachstore_server.query.index import (
     read_snapshot_file,
     write_snapshot_file,
 )
-from reachstore_server.query.shards.partitions import WHOLE, Part, partition_of
+from reachstore_server.query.shards.partitions import WHOLE, Part, parse_label, partition_of
 from reachstore_server.storage.repository import NamespaceInfo, SemanticStore, StoredChunk
 
 log = logging.getLogger(__name__)
@@ -88,6 +88,19 @@ def _by_document(chunks: Iterable[StoredChunk], part: Part) -> dict[str, list[Ch
 
 # What an index is kept by: the namespace's id and the partition it holds.
 SlotKey = tuple[int, Part]
+
+
+def _key_of(file_name: str) -> SlotKey | None:
+    """The index a snapshot file holds, by its name (``_path``): ``12.snap`` is namespace
+    12 whole, ``12.p3of8.snap`` its partition 3 of 8; None for any other name."""
+    stem, sep, rest = file_name.partition(".")
+    if not stem.isascii() or not stem.isdigit():
+        return None
+    if rest == "snap":
+        return int(stem), WHOLE
+    label = rest.removesuffix(".snap").removeprefix("p").replace("of", "/")
+    part = parse_label(label) if sep and rest.startswith("p") else None
+    return (int(stem), part) if part is not None else None
 
 
 class IndexManager:
@@ -184,6 +197,21 @@ class IndexManager:
             self._forget((namespace_id, part))
         self._path(namespace_id, part).unlink(missing_ok=True)
         freed_memory.give_back()
+
+    def drop_files_except(self, keep: set[SlotKey]) -> int:
+        """Deletes the snapshots of indexes this replica neither holds nor is to hold
+        (``keep``); returns how many. A member of a sharded tier calls it: a snapshot left
+        by an earlier run, or of a partition count the namespace has left, has no slot to
+        rewrite it when a document is deleted, so the deleted text would stay on disk."""
+        dropped = 0
+        for path in self._dir.glob("*.snap"):
+            key = _key_of(path.name)
+            with self._slots_lock:
+                held = key is None or key in keep or key in self._slots
+            if not held:
+                path.unlink(missing_ok=True)
+                dropped += 1
+        return dropped
 
     def _forget(self, key: SlotKey) -> None:
         """Lock held."""

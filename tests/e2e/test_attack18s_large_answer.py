@@ -26,7 +26,6 @@ from reachstore.ingest.v1 import ingest_service_pb2 as ingest_pb
 from reachstore.ingest.v1 import ingest_service_pb2_grpc as ingest_grpc
 from reachstore.query.v1 import query_service_pb2 as pb
 from reachstore.query.v1 import query_service_pb2_grpc as pb_grpc
-from tests.e2e.processes import ServiceProcess
 from tests.e2e.test_shards import Tier
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
@@ -51,13 +50,7 @@ def _metadata() -> dict[str, str]:
 @pytest.fixture
 def tier(tmp_path: Path, pg_database: str) -> Iterator[Tier]:
     tier = Tier(tmp_path, pg_database)
-    ingest = ServiceProcess(
-        "reachstore_server.ingest.main",
-        "reachstore.ingest.v1.IngestService",
-        tmp_path,
-        "ingest",
-        {**tier.common, "REACHSTORE_DATA_DIR": str(tmp_path / "ingest")},
-    ).start()
+    ingest = tier.start_ingest()
     try:
         stub = ingest_grpc.IngestServiceStub(grpc.insecure_channel(ingest.address, options=BIG))
         stub.CreateNamespace(ingest_pb.CreateNamespaceRequest(name=NAMESPACE), timeout=10)

@@ -40,13 +40,7 @@ REBUILD_DELAY_MS = 8000
 def tier(tmp_path: Path, pg_database: str) -> Iterator[tuple[Tier, ServiceProcess]]:
     tier = Tier(tmp_path, pg_database)
     tier.common["REACHSTORE_FAULT_REBUILD_DELAY_MS"] = str(REBUILD_DELAY_MS)
-    ingest = ServiceProcess(
-        "reachstore_server.ingest.main",
-        "reachstore.ingest.v1.IngestService",
-        tmp_path,
-        "ingest",
-        {**tier.common, "REACHSTORE_DATA_DIR": str(tmp_path / "ingest")},
-    ).start()
+    ingest = tier.start_ingest()
     try:
         yield tier, ingest
     finally:

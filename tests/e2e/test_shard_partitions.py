@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -53,14 +53,8 @@ def _text(i: int) -> str:
 class Writer:
     """The ingest service of the test, kept running beside the members."""
 
-    def __init__(self, tier: Tier, tmp_path: Path) -> None:
-        self.process = ServiceProcess(
-            "reachstore_server.ingest.main",
-            "reachstore.ingest.v1.IngestService",
-            tmp_path,
-            "ingest",
-            {**tier.common, "REACHSTORE_DATA_DIR": str(tmp_path / "ingest")},
-        ).start()
+    def __init__(self, tier: Tier) -> None:
+        self.process = tier.start_ingest()
         self.stub = ingest_grpc.IngestServiceStub(self.process.channel)
 
     def _wait(self, tasks: list[str]) -> None:
@@ -73,14 +67,14 @@ class Writer:
                 assert time.monotonic() < deadline, "ingest did not finish"
                 time.sleep(0.1)
 
-    def put(self, name: str, ids: range) -> None:
+    def put(self, name: str, ids: range, text: Callable[[int], str] = _text) -> None:
         tasks = []
         for start in range(ids.start, ids.stop, 48):
             reply = self.stub.BatchCreateDocuments(
                 ingest_pb.BatchCreateDocumentsRequest(
                     namespace=name,
                     documents=[
-                        ingest_pb.DocumentInput(document_id=_document_id(i), text=_text(i))
+                        ingest_pb.DocumentInput(document_id=_document_id(i), text=text(i))
                         for i in range(start, min(ids.stop, start + 48))
                     ],
                 ),
@@ -100,7 +94,7 @@ class Writer:
 def writer(tmp_path: Path, pg_database: str) -> Iterator[tuple[Tier, Writer]]:
     tier = Tier(tmp_path, pg_database)
     tier.common["REACHSTORE_QUERY_PARTITION_CHUNKS"] = str(PARTITION_CHUNKS)
-    writer = Writer(tier, tmp_path)
+    writer = Writer(tier)
     try:
         for name, count in ((BIG, DOCUMENTS), (SMALL, 1)):
             writer.stub.CreateNamespace(ingest_pb.CreateNamespaceRequest(name=name), timeout=10)

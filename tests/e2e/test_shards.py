@@ -124,6 +124,16 @@ class Tier:
             member.stop()
         raise AssertionError(f"five members in a row were placed as not wanted: {owners}")
 
+    def start_ingest(self) -> ServiceProcess:
+        """An ingest service on the members' database."""
+        return ServiceProcess(
+            "reachstore_server.ingest.main",
+            "reachstore.ingest.v1.IngestService",
+            self.tmp_path,
+            "ingest",
+            {**self.common, "REACHSTORE_DATA_DIR": str(self.tmp_path / "ingest")},
+        ).start()
+
     def stop_all(self) -> None:
         for member in self.members.values():
             member.stop()
@@ -142,13 +152,7 @@ def query(member: ServiceProcess, namespaces: list[str] = ALL) -> pb.QueryRespon
 @pytest.fixture
 def tier(tmp_path: Path, pg_database: str) -> Iterator[Tier]:
     tier = Tier(tmp_path, pg_database)
-    ingest = ServiceProcess(
-        "reachstore_server.ingest.main",
-        "reachstore.ingest.v1.IngestService",
-        tmp_path,
-        "ingest",
-        {**tier.common, "REACHSTORE_DATA_DIR": str(tmp_path / "ingest")},
-    ).start()
+    ingest = tier.start_ingest()
     try:
         stub = ingest_grpc.IngestServiceStub(ingest.channel)
         tasks = []

@@ -243,11 +243,18 @@ class QueryServicer(NamespaceHealthCalls, pb_grpc.QueryServiceServicer):
         if hop.get(STAGE_HEADER) == TERM_STATS_STAGE:
             return await self._term_stats_answer(who, request, local, context)
         lexical_stats = decode_stats(hop.get(LEXICAL_STATS_HEADER, ""))
+        search_ms = budget_ms  # what the searches have; the first round, if any, comes off it
         if not forwarded and request.query.strip() and _any_partition([*local, *remote]):
-            stats_by = time.monotonic() + budget_ms / 1000 * STATS_SHARE
+            started = time.monotonic()
             lexical_stats = await self._namespace_stats(
-                who, request, local, remote, forwarded_metadata(metadata), stats_by
+                who,
+                request,
+                local,
+                remote,
+                forwarded_metadata(metadata),
+                started + budget_ms / 1000 * STATS_SHARE,
             )
+            search_ms = max(1, budget_ms - int((time.monotonic() - started) * 1000))
         local_names = list(dict.fromkeys(name for name, _ in local.values()))
         shared = _Shared()
         tokens = {label: CancelToken() for label in local}
@@ -266,8 +273,8 @@ class QueryServicer(NamespaceHealthCalls, pb_grpc.QueryServiceServicer):
                 text=request.query,
                 top_k=top_k,
                 metadata_filter=dict(request.filter) or None,
-                budget_ms=budget_ms,
-                deadline=time.monotonic() + budget_ms / 1000,
+                budget_ms=search_ms,
+                deadline=time.monotonic() + search_ms / 1000,
                 waits_for_index=not forwarded,
                 lexical_stats=lexical_stats,
             )
@@ -286,7 +293,7 @@ class QueryServicer(NamespaceHealthCalls, pb_grpc.QueryServiceServicer):
                     request,
                     remote,
                     forwarded_metadata(metadata),
-                    time.monotonic() + budget_ms / 1000,
+                    time.monotonic() + search_ms / 1000,
                     lexical_stats,
                 )
             )
@@ -294,7 +301,7 @@ class QueryServicer(NamespaceHealthCalls, pb_grpc.QueryServiceServicer):
         fanout = FanOut(self._pool, jobs, prelude=prelude, spread=self._in_flight == 1)
         try:
             finished: dict[str, list[Hit] | pf_pb2.PartialFailure | BaseException] = dict(
-                await fanout.results(budget_ms / 1000, PREPARE_ALLOWANCE_S)
+                await fanout.results(search_ms / 1000, PREPARE_ALLOWANCE_S)
             )
             if elsewhere is not None:
                 finished.update(await elsewhere)

@@ -24,6 +24,7 @@ import dataclasses
 import hashlib
 import hmac
 import logging
+import re
 import secrets
 import threading
 import time
@@ -35,6 +36,7 @@ from reachstore_server.storage.query_members import Member, MemberTable
 log = logging.getLogger(__name__)
 
 HOP_HEADER = "x-reachstore-hop"
+_STAMP = re.compile(r"[0-9]{1,12}")
 # A signed hop older (or newer, by the clocks of two machines) than this does not verify.
 HOP_SKEW_S = 60.0
 
@@ -176,7 +178,10 @@ class Membership:
         holding the shared secret may have signed, one that joined a moment ago too: its
         row need not be in this member's view yet."""
         parts = header.split(".")
-        if len(parts) != 3 or not parts[1].isdigit() or not self._hop_key:
+        # The stamp is epoch seconds: ASCII digits, and few of them. Anything else from a
+        # caller must not reach int(), which refuses (raises on) strings of thousands of
+        # digits and reads digits of other scripts.
+        if len(parts) != 3 or not _STAMP.fullmatch(parts[1]) or not self._hop_key:
             return False
         if abs((self.clock() if now is None else now) - int(parts[1])) > HOP_SKEW_S:
             return False

@@ -59,6 +59,7 @@ class Ownership:
         # Namespace id -> when every partition of its new count was first seen served.
         self._served_since: dict[int, float] = {}
         self._routed: dict[tuple[str, str], int] = {}
+        self._files_checked = 0.0  # time.monotonic() of the last look at the snapshots
         membership.loading = self.loading
 
     def loading(self) -> list[str]:
@@ -117,6 +118,9 @@ class Ownership:
                 self._indexes.drop(*key)
                 del self._unowned_since[key]
                 log.info("namespace %d partition %s: index dropped", key[0], key[1].label)
+        if now >= self._files_checked + self._membership.lease_s:
+            self._files_checked = now
+            self._indexes.drop_files_except(held_keys)
         self._split(namespaces)
         self._route_splits(namespaces, now)
         return held

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 
 from reachstore_server.query.shards.placement import shard_key
 
@@ -34,6 +35,7 @@ class Part:
 
 
 WHOLE = Part(0, 1)
+_DIGITS = re.compile(r"[0-9]+")
 
 
 def partition_of(document_id: str, count: int) -> int:
@@ -71,7 +73,7 @@ def parse_label(label: str) -> Part | None:
     """``"3/8"`` -> ``Part(3, 8)``; None for anything that is not a partition of a power of
     two within ``MAX_PARTITIONS``."""
     index, sep, count = label.partition("/")
-    if not sep or not index.isdigit() or not count.isdigit() or len(label) > 8:
+    if not sep or len(label) > 8 or not _DIGITS.fullmatch(index) or not _DIGITS.fullmatch(count):
         return None
     part = Part(int(index), int(count))
     powers = {1 << i for i in range(MAX_PARTITIONS.bit_length())}

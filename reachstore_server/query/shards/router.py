@@ -135,7 +135,7 @@ def _partition_hits(
     """The answer's hits by namespace, as partition searches (with their scores)."""
     try:
         raw = json.loads(_metadata_value(trailers or (), RAW_SCORES_TRAILER) or "{}")
-    except ValueError:
+    except (ValueError, RecursionError):
         raw = {}
     scores = raw.get("hits") if isinstance(raw, dict) else None
     if not isinstance(scores, list) or len(scores) != len(response.results):
@@ -183,7 +183,7 @@ def decode_stats(value: str) -> dict[str, TermStats]:
     from members: a hop header is signed, a trailer answers a member's own call)."""
     try:
         data = json.loads(value) if value else {}
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nesting deeper than Python's stack
         return {}
     out: dict[str, TermStats] = {}
     for name, entry in data.items() if isinstance(data, dict) else ():
@@ -269,8 +269,12 @@ class Router:
         A partition none answered for is left out."""
 
         async def first(label: str, candidates: Sequence[Member]) -> TermStats | None:
-            for member in candidates:
-                found = await self._ask_stats(member, request, label, metadata, deadline)
+            for i, member in enumerate(candidates):
+                # An owner that does not answer (paused, stalled) gets half the time left,
+                # so that the next one is still asked in time; the last gets all of it.
+                left = deadline - time.monotonic()
+                until = deadline if i == len(candidates) - 1 else deadline - left / 2
+                found = await self._ask_stats(member, request, label, metadata, until)
                 if found is not None:
                     return found
             return None
