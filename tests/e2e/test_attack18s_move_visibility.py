@@ -143,7 +143,7 @@ def test_searches_go_to_the_surviving_owner_while_the_new_one_loads(
     """Four members; one owner of the namespace stops; through a member that does not hold
     it, each search of the namespace should be answered by the surviving owner (which has
     the index ready) while the new owner loads, not wait on the new owner first. Searches
-    rotate over the owners (servicer.py ``_placed_elsewhere``); the new owner, asked first,
+    rotate over the owners (servicer.py ``_route``); the new owner, asked first,
     waits for its index for most of the budget (servicer.py ``REBUILD_WAIT_SHARE``)
     before it says INDEX_REBUILDING and the router turns to the survivor."""
     tier_, ingest = tier

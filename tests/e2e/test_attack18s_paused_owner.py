@@ -95,7 +95,7 @@ def test_one_paused_owner_fails_over_to_the_live_replica(
 ) -> None:
     """One owner of a namespace paused, the other alive and idle: each query through a
     third member should be answered by the live replica (the guarantee of R=2). Each
-    namespace's searches rotate over its owners (servicer.py ``_placed_elsewhere``), so of
+    namespace's searches rotate over its owners (servicer.py ``_route``), so of
     four queries about half ask the paused one first."""
     shards, members, owners = three
     owning, router, names = _pair_and_router(shards, members, owners)
