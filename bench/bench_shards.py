@@ -43,13 +43,23 @@ from tests.e2e.processes import ServiceProcess  # noqa: E402
 
 LEASE_S = 2
 BATCH = 100
+ONE_NAMESPACE = "corpus"  # --one-namespace: every chunk in it
 
 
-def _ingest(corpus: Path, env: dict[str, str], work: Path) -> tuple[int, list[str]]:
+def _split(url: str) -> bool:
+    """Whether no namespace is in the middle of a split (docs/SHARDS.md, "Partitions")."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT partitions, partitions_next FROM namespaces").fetchall()
+    return all(routed == loading for routed, loading in rows)
+
+
+def _ingest(
+    corpus: Path, env: dict[str, str], work: Path, one_namespace: bool
+) -> tuple[int, list[str]]:
     rows = [json.loads(line) for line in corpus.read_text().splitlines() if line.strip()]
     by_ns: dict[str, list[dict[str, str]]] = defaultdict(list)
     for row in rows:
-        by_ns[row["namespace"]].append(row)
+        by_ns[ONE_NAMESPACE if one_namespace else row["namespace"]].append(row)
     ingest = ServiceProcess(
         "reachstore_server.ingest.main",
         "reachstore.ingest.v1.IngestService",
@@ -136,6 +146,11 @@ def _tier(
             assert time.monotonic() < deadline, "members did not settle"
             time.sleep(0.5)
         if sharded:
+            # A namespace larger than a partition is split once a member holds it whole.
+            time.sleep(LEASE_S * 2)
+            while not _split(url):
+                assert time.monotonic() < deadline, "the split did not settle"
+                time.sleep(0.5)
             time.sleep(LEASE_S * 4)  # drops happen three leases after a namespace moves
         for member in members if names else []:
             # Until every index is loaded a namespace answers INDEX_REBUILDING (transient).
@@ -168,6 +183,12 @@ def _tier(
             member.stop()
 
 
+def _partition_counts(env: dict[str, str]) -> dict[str, int]:
+    url = env["REACHSTORE_DATABASE_URL"].replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(url) as conn:
+        return dict(conn.execute("SELECT name, partitions FROM namespaces").fetchall())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
@@ -180,6 +201,16 @@ def main() -> None:
         "--keep", action="store_true", help="keep the database, to measure it again with --reuse"
     )
     parser.add_argument("--reuse", help="a database kept by an earlier --keep run: no ingest")
+    parser.add_argument(
+        "--one-namespace",
+        action="store_true",
+        help=f"every chunk in one namespace, {ONE_NAMESPACE!r}",
+    )
+    parser.add_argument(
+        "--partition-chunks",
+        type=int,
+        help="REACHSTORE_QUERY_PARTITION_CHUNKS of the members (default: the service's)",
+    )
     args = parser.parse_args()
     db = args.reuse or f"reachstore_bench_shards_{uuid.uuid4().hex[:8]}"
     if not args.reuse:
@@ -193,6 +224,8 @@ def main() -> None:
         "REACHSTORE_QUERY_HOP_SECRET": "bench-shards-hop-secret-32-characters",
         "REACHSTORE_LOG_LEVEL": "WARNING",
     }
+    if args.partition_chunks:
+        env["REACHSTORE_QUERY_PARTITION_CHUNKS"] = str(args.partition_chunks)
     report: dict[str, object] = {}
     try:
         with tempfile.TemporaryDirectory(prefix="bench-shards-") as tmp:
@@ -202,11 +235,13 @@ def main() -> None:
             if args.reuse:
                 chunks, names = _stored(env)
             else:
-                chunks, names = _ingest(args.corpus, env, work)
+                chunks, names = _ingest(args.corpus, env, work, args.one_namespace)
             report["chunks"] = chunks
             report["unsharded"] = _tier(1, env, work, names, sharded=False)
             for size in (int(s) for s in args.sizes.split(",")):
                 report[f"sharded_{size}"] = _tier(size, env, work, names, sharded=True)
+            if args.partition_chunks:
+                report["partitions"] = _partition_counts(env)
     finally:
         if args.keep or args.reuse:
             print(f"database kept: {db}", flush=True)

@@ -107,8 +107,9 @@ def test_one_call_within_the_key_rate_through_a_member_that_just_joined(
     assert len(beats) == 2, beats
     (a, ta), (b, tb) = beats.items()
     offset = (tb - ta) % BEAT_S  # b beats this long after a
-    start_at, other = (ta, b) if BEAT_S - offset >= BEAT_S / 2 else (tb, a)
-    del other
+    # Started just after a's beat, the newcomer has until b's, ``offset`` later; just after
+    # b's, until a's, ``BEAT_S - offset`` later: take the longer.
+    start_at = ta if offset >= BEAT_S / 2 else tb
     while start_at < time.monotonic():
         start_at += BEAT_S
     time.sleep(start_at - time.monotonic() + 0.05)
