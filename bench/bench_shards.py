@@ -14,6 +14,12 @@ on a member dropped after three leases), answer one query over every namespace, 
 member's RSS, PSS and the namespaces it holds are read. A member's memory is its own
 interpreter, model and libraries (what the unsharded process with an empty database
 holds, measured too) plus its share of the indexes.
+
+``--one-namespace --partition-chunks N`` puts the whole corpus in one namespace, which
+the members split into partitions of at most N chunks (docs/SHARDS.md, "Partitions"): the
+tiers are measured as they settle after the split, and again with members started once
+the namespace is split and restarted in turn (``*_restarted``), which load only the
+partitions placed on them.
 """
 
 from __future__ import annotations
@@ -123,8 +129,16 @@ def _held(member: ServiceProcess) -> list[str]:
 
 
 def _tier(
-    count: int, env: dict[str, str], work: Path, names: list[str], sharded: bool
+    count: int,
+    env: dict[str, str],
+    work: Path,
+    names: list[str],
+    sharded: bool,
+    restart: bool = False,
 ) -> list[dict[str, object]]:
+    """The members' memory once settled. ``restart``: each member is then restarted in
+    turn (as a rolling restart does), so that it loads only what is placed on it; before,
+    a member that held a namespace whole until it was split keeps part of that memory."""
     members = []
     for i in range(count):
         name = f"{'member' if sharded else 'whole'}-{count}-{i}"
@@ -165,6 +179,14 @@ def _tier(
                 assert rebuilding == {"INDEX_REBUILDING"}, reply.meta
                 assert time.monotonic() < deadline, "indexes did not load"
                 time.sleep(1)
+        if restart:
+            for member in members:
+                member.stop()
+                member.start(timeout=300)
+                while _members(url, count) != count:
+                    assert time.monotonic() < deadline, "members did not settle"
+                    time.sleep(0.5)
+            time.sleep(LEASE_S * 4)
         out = []
         for member in members:
             assert member.process is not None
@@ -175,6 +197,10 @@ def _tier(
                     "rss_mib": round(rss_mib(pid), 1),
                     "pss_mib": round(pss_mib(pid), 1),
                     "holds": _held(member),
+                    # What it holds on disk: a namespace whole, or its partitions.
+                    "index_files": sorted(
+                        f.name for f in (work / member.name / "indexes").glob("*.snap")
+                    ),
                 }
             )
         return out
@@ -242,6 +268,10 @@ def main() -> None:
                 report[f"sharded_{size}"] = _tier(size, env, work, names, sharded=True)
             if args.partition_chunks:
                 report["partitions"] = _partition_counts(env)
+                for size in (int(s) for s in args.sizes.split(",")):
+                    report[f"sharded_{size}_restarted"] = _tier(
+                        size, env, work, names, sharded=True, restart=True
+                    )
     finally:
         if args.keep or args.reuse:
             print(f"database kept: {db}", flush=True)
