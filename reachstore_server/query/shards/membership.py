@@ -188,9 +188,14 @@ class Membership:
         return hmac.compare_digest(self._mac(parts[0], parts[1], body), parts[2])
 
 
-def hop_of(metadata: Sequence[tuple[str, str | bytes]]) -> str:
-    """The hop header of a call's metadata, or ""."""
-    for key, value in metadata:
-        if key == HOP_HEADER and isinstance(value, str):
+def metadata_value(metadata: Sequence[tuple[str, str | bytes]], key: str) -> str:
+    """The first text value of ``key`` in a call's metadata, or ""."""
+    for k, value in metadata:
+        if k == key and isinstance(value, str):
             return value
     return ""
+
+
+def hop_of(metadata: Sequence[tuple[str, str | bytes]]) -> str:
+    """The hop header of a call's metadata, or ""."""
+    return metadata_value(metadata, HOP_HEADER)

@@ -41,7 +41,12 @@ from reachstore_server.common.grpc_server import GRPC_OPTIONS
 from reachstore_server.common.tls import TlsFiles, secure_aio_channel
 from reachstore_server.query.fanout import PREPARE_ALLOWANCE_S
 from reachstore_server.query.index import Hit, PartitionHits, TermStats
-from reachstore_server.query.shards.membership import HOP_HEADER, Membership, hop_of
+from reachstore_server.query.shards.membership import (
+    HOP_HEADER,
+    Membership,
+    hop_of,
+    metadata_value,
+)
 from reachstore_server.query.shards.partitions import (
     PARTS_HEADER,
     Part,
@@ -88,13 +93,6 @@ def shard_unavailable(label: str, tried: Sequence[Member], reason: str) -> pf_pb
     )
 
 
-def _metadata_value(metadata: Sequence[tuple[str, str | bytes]], key: str) -> str:
-    for k, value in metadata:
-        if k == key and isinstance(value, str):
-            return value
-    return ""
-
-
 # What a forwarded partition search tells besides its results, as JSON in trailing metadata
 # of the answer (the public message stays what every caller gets): each result's cosine and
 # BM25 score (``"hits": [[dense, lexical], ...]``, null where a retriever did not return
@@ -134,7 +132,7 @@ def _partition_hits(
 ) -> dict[str, PartitionHits]:
     """The answer's hits by namespace, as partition searches (with their scores)."""
     try:
-        raw = json.loads(_metadata_value(trailers or (), RAW_SCORES_TRAILER) or "{}")
+        raw = json.loads(metadata_value(trailers or (), RAW_SCORES_TRAILER) or "{}")
     except (ValueError, RecursionError):
         raw = {}
     scores = raw.get("hits") if isinstance(raw, dict) else None
@@ -199,7 +197,7 @@ def decode_stats(value: str) -> dict[str, TermStats]:
 
 
 def signed_headers(metadata: Sequence[tuple[str, str | bytes]]) -> dict[str, str]:
-    return {k: v for k in SIGNED_HEADERS if (v := _metadata_value(metadata, k))}
+    return {k: v for k in SIGNED_HEADERS if (v := metadata_value(metadata, k))}
 
 
 def _signed_body(request: pb.QueryRequest, headers: Mapping[str, str]) -> bytes:
@@ -255,7 +253,7 @@ class Router:
     def parts_asked(metadata: Sequence[tuple[str, str | bytes]]) -> dict[str, Part]:
         """The partitions a forwarded search asks for, by namespace (only read once the
         hop verified, ``is_forwarded``: the header is signed with the request)."""
-        return decode_parts(_metadata_value(metadata, PARTS_HEADER))
+        return decode_parts(metadata_value(metadata, PARTS_HEADER))
 
     async def term_stats(
         self,
@@ -311,7 +309,7 @@ class Router:
             trailers = await call.trailing_metadata()
         except grpc.aio.AioRpcError:
             return None
-        return decode_stats(_metadata_value(trailers or (), TERM_STATS_TRAILER)).get(name)
+        return decode_stats(metadata_value(trailers or (), TERM_STATS_TRAILER)).get(name)
 
     async def search(
         self,
