@@ -202,9 +202,30 @@ def stored_states(engine: sqlalchemy.Engine) -> collections.Counter[str]:
         return collections.Counter({state: count for state, count in rows})
 
 
+def connections_closed(engine: sqlalchemy.Engine, timeout: float = 10.0) -> None:
+    """Waits until no other session is connected to the database. A process killed just
+    after sending a COMMIT has that commit still to land: PostgreSQL finishes the
+    statement it has read before it notices the closed socket, so what a kill left behind
+    is known only once the killed process's sessions have ended."""
+    if engine.dialect.name != "postgresql":
+        return  # SQLite writes in the process itself: once it is dead, nothing lands
+    deadline = time.monotonic() + timeout
+    others = sqlalchemy.text(
+        "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() "
+        "AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+    )
+    while True:
+        with engine.connect() as conn:
+            if not conn.execute(others).scalar_one():
+                return
+        assert time.monotonic() < deadline, "the killed process's sessions did not end"
+        time.sleep(0.02)
+
+
 def in_flight(engine: sqlalchemy.Engine) -> set[str]:
     """Ids of the actions marked SUBMITTING in the database: sends a kill cut off (or
     whose answer it kept from being recorded), until a worker takes them over."""
+    connections_closed(engine)
     with engine.connect() as conn:
         rows = conn.execute(
             sqlalchemy.text("SELECT action_id FROM reach_actions WHERE state = 'submitting'")
