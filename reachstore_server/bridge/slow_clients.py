@@ -36,13 +36,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from typing import Any
+from typing import Any, cast
 
 from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from reachstore_server.bridge import error_responses
-from reachstore_server.bridge.unsent_answers import UnsentAnswers
+from reachstore_server.bridge.unsent_answers import TlsWrites, UnsentAnswers, is_tls
 from reachstore_server.common import errors
 
 log = logging.getLogger(__name__)
@@ -132,6 +132,10 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         # Counted before this one joins: the cap is on connections already being served.
         self._over_cap = len(self.connections) >= self.max_connections
+        if is_tls(transport):
+            # It never pauses its writer on a large answer: its writes are looked at instead.
+            watched = TlsWrites(transport, lambda: self.unsent.sweep(self.connections))
+            transport = cast(asyncio.Transport, watched)  # it stands in for the transport
         super().connection_made(transport)
         self.unsent.follow(self.connections, self.loop)
         # A connection that never sends a byte is held to the head deadline too.

@@ -21,10 +21,20 @@ looked at every ``SWEEP_S`` (and whenever a transport passes its high-water mark
 
 Over TLS the transport the bridge writes to reports only what its TLS layer holds, and the
 encrypted answer waits in the socket transport beneath it (asyncio's sslproto.py): that
-one is counted too. Before, 100 callers over TLS that read nothing were never cut off;
-now 94 of 100 are, within the test's 15 s. But the bridge still peaked at 1.1 GiB under
-them, as before: the answers' plain and encrypted copies are made before any of them is
-counted, and this bound does not reach them (docs/OPERATIONS.md says so).
+one is counted too. Two things more were needed over TLS (``TlsWrites``); without them
+200 callers over TLS that read nothing grew a bridge to 1.8-2.1 GiB and left it at 0.7-1.2
+GiB until they hung up, against a peak of 0.55 GiB over plain HTTP:
+
+- a TLS transport never tells the bridge that a write passed its high-water mark: its
+  TLS layer hands each write, encrypted, to the transport beneath at once, so its own
+  count stays under the mark. So its large writes are followed by a look at the budget,
+  as a plain transport's pause is;
+- the TLS layer encrypts into an OpenSSL memory buffer, which keeps its largest size for
+  as long as the connection lasts, uncounted: 6 MiB per caller ever sent a 6 MiB answer.
+  So answers go to it in pieces of ``LARGE_WRITE_BYTES``, and the transport beneath is
+  never paused (while it is, the TLS layer keeps encrypting into that buffer instead of
+  handing on, and it grows to the answer's size anyway): the encrypted bytes wait beneath,
+  where they are counted and their memory shrinks as they are sent.
 """
 
 from __future__ import annotations
@@ -36,7 +46,7 @@ import logging
 import struct
 import termios
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -45,10 +55,44 @@ log = logging.getLogger(__name__)
 SWEEP_S = 0.25
 # Bytes of answers waiting for their callers to read them, across the process: room for
 # a few dozen of the largest answers, and for thousands of ordinary ones, which the kernel's
-# socket buffers mostly take anyway. The process holds more than this for them: each
-# handler keeps its copy of the answer until it is sent, and over TLS the plain text
-# waits too, so about three times this at worst.
+# socket buffers mostly take anyway. The process holds more than this for them: over
+# plain HTTP each handler keeps its copy of the answer until it is sent, so about twice
+# this at worst (over TLS the handler's copy goes at once, ``TlsWrites``).
 UNREAD_BUDGET_BYTES = 256 * 1024 * 1024
+
+
+# Over TLS: the piece an answer is encrypted in, and the size of write followed by a look
+# at the budget. asyncio's high-water mark, past which a plain transport pauses its writer.
+LARGE_WRITE_BYTES = 64 * 1024
+
+
+class TlsWrites:
+    """A TLS transport written to in pieces, whose large writes call ``after_large_write``
+    once written, and whose transport beneath never pauses (the module's docstring says
+    why); for everything else it is the transport itself."""
+
+    def __init__(self, transport: Any, after_large_write: Callable[[], None]) -> None:
+        self._transport = transport
+        self._after_large_write = after_large_write
+        transport._ssl_protocol._transport.set_write_buffer_limits(high=_NEVER)
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        view = memoryview(data)
+        for start in range(0, len(view), LARGE_WRITE_BYTES):
+            self._transport.write(view[start : start + LARGE_WRITE_BYTES])
+        if len(view) >= LARGE_WRITE_BYTES:
+            self._after_large_write()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
+# A high-water mark no buffer reaches: what waits is bounded by the budget instead.
+_NEVER = 1 << 62
+
+
+def is_tls(transport: Any) -> bool:
+    return getattr(transport, "_ssl_protocol", None) is not None
 
 
 def unsent_bytes(transport: Any) -> int:

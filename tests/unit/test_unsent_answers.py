@@ -4,9 +4,14 @@ only report a size; tests/e2e/test_attack18_bridge_unread_answers*.py run the re
 
 from __future__ import annotations
 
+import asyncio
+import socket
+import ssl
+from pathlib import Path
 from typing import Any
 
-from reachstore_server.bridge.unsent_answers import UnsentAnswers
+from reachstore_server.bridge.unsent_answers import TlsWrites, UnsentAnswers, unsent_bytes
+from tests.e2e.tls_certs import write_cert_set
 
 MIB = 1024 * 1024
 
@@ -74,3 +79,53 @@ def test_a_connection_that_sent_everything_is_forgotten() -> None:
     assert not done.transport.aborted
     answers.sweep([done], 6.5)
     assert done.transport.aborted
+
+
+def test_over_tls_a_large_answer_waits_where_it_is_counted(tmp_path: Path) -> None:
+    """A real asyncio TLS connection whose client reads nothing: a 6 MiB answer written
+    through ``TlsWrites`` leaves nothing in the TLS layer's own buffer (an OpenSSL buffer
+    that would keep its size as long as the connection lasts), all of it unsent in the
+    transport beneath, where ``unsent_bytes`` counts it; and it looks at the budget."""
+    certs = write_cert_set(tmp_path)
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_tls.load_cert_chain(certs.path("server.pem"), certs.path("server.key"))
+    client_tls = ssl.create_default_context(cafile=certs.ca)
+    answer = b"\x01" * (6 * MIB)
+
+    async def run() -> tuple[int, int, int, bool]:
+        loop = asyncio.get_running_loop()
+        looked: list[int] = []
+        made: asyncio.Future[Any] = loop.create_future()
+
+        class Writer(asyncio.Protocol):
+            def connection_made(self, transport: Any) -> None:
+                made.set_result(TlsWrites(transport, lambda: looked.append(1)))
+
+        server = await loop.create_server(Writer, "127.0.0.1", 0, ssl=server_tls)
+        port = server.sockets[0].getsockname()[1]
+
+        def caller() -> ssl.SSLSocket:
+            """Shakes hands, asks nothing and reads nothing."""
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.connect(("127.0.0.1", port))
+            return client_tls.wrap_socket(sock, server_hostname="localhost")
+
+        client = await loop.run_in_executor(None, caller)
+        transport = await made
+        transport.write(answer)
+        await asyncio.sleep(0.2)
+        own = transport.get_write_buffer_size()
+        counted = unsent_bytes(transport)
+        paused = transport._ssl_protocol._transport._protocol_paused
+        client.close()
+        transport.abort()
+        server.close()
+        await server.wait_closed()
+        return own, counted, len(looked), paused
+
+    own, counted, looked, paused = asyncio.run(run())
+    assert own == 0, f"{own} bytes left in the TLS layer"
+    assert counted > 2 * MIB, f"only {counted} bytes counted as unsent"
+    assert looked == 1
+    assert not paused
