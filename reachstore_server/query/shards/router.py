@@ -255,6 +255,22 @@ class Router:
         hop verified, ``is_forwarded``: the header is signed with the request)."""
         return decode_parts(metadata_value(metadata, PARTS_HEADER))
 
+    def _hop(
+        self,
+        member: Member,
+        hop: pb.QueryRequest,
+        headers: Mapping[str, str],
+        metadata: tuple[tuple[str, str], ...],
+        timeout_s: float,
+    ) -> Any:
+        """The call of ``hop`` to ``member``, signed with ``headers`` (those with a value),
+        which go with it: the owner takes it as a forwarded call only if both are as sent."""
+        headers = {k: v for k, v in headers.items() if v}
+        signed = self.membership.sign(_signed_body(hop, headers))
+        return self._stub(member.address).Query(
+            hop, timeout=timeout_s, metadata=(*metadata, (HOP_HEADER, signed), *headers.items())
+        )
+
     async def term_stats(
         self,
         request: pb.QueryRequest,
@@ -300,11 +316,8 @@ class Router:
             timeout_ms=1 + int(left_s * 1000),
         )
         headers = {PARTS_HEADER: encode_parts({name: part}), STAGE_HEADER: TERM_STATS_STAGE}
-        signed = self.membership.sign(_signed_body(hop, headers))
         try:
-            call = self._stub(member.address).Query(
-                hop, timeout=left_s, metadata=(*metadata, (HOP_HEADER, signed), *headers.items())
-            )
+            call = self._hop(member, hop, headers, metadata, left_s)
             await call
             trailers = await call.trailing_metadata()
         except grpc.aio.AioRpcError:
@@ -354,19 +367,12 @@ class Router:
         stats = {n: lexical_stats[n] for n in asked if n in lexical_stats}
         if stats and len(encoded := encode_stats(stats)) <= MAX_STATS_HEADER:
             headers[LEXICAL_STATS_HEADER] = encoded
-        headers = {k: v for k, v in headers.items() if v}
-        signed = self.membership.sign(_signed_body(hop, headers))
-        extra = tuple(headers.items())
         self.forwarded_calls += 1
         try:
             # The owner's namespaces get what is left of the budget, after its own read and
             # embedding, as this member's own do: wait for that too, so that one slow
             # namespace ends as its NAMESPACE_TIMEOUT and not with its neighbours' answers.
-            call = self._stub(member.address).Query(
-                hop,
-                timeout=left_s + PREPARE_ALLOWANCE_S,
-                metadata=(*metadata, (HOP_HEADER, signed), *extra),
-            )
+            call = self._hop(member, hop, headers, metadata, left_s + PREPARE_ALLOWANCE_S)
             response = await call
             trailers = await call.trailing_metadata() if asked else None
         except grpc.aio.AioRpcError as exc:
