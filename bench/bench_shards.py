@@ -20,12 +20,19 @@ the members split into partitions of at most N chunks (docs/SHARDS.md, "Partitio
 tiers are measured as they settle after the split, and again with members started once
 the namespace is split and restarted in turn (``*_restarted``), which load only the
 partitions placed on them.
+
+``--latency N`` times N of the shared queries (``--queries``), one at a time, through the
+tier's first member, top_k 10, embedding included, once the tier has settled: p50 and p99
+of each tier and its p50 against the unsharded process's in the same run. Over a split
+namespace a query with words makes two rounds (the partitions' BM25 statistics, then the
+searches), so this is what partitions cost a query.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import tempfile
 import time
@@ -128,6 +135,20 @@ def _held(member: ServiceProcess) -> list[str]:
     return sorted(n.name for n in reply.namespaces if n.index_state == "ready")
 
 
+def _latency(member: ServiceProcess, names: list[str], queries: list[str]) -> dict[str, float]:
+    """p50 and p99 (ms) of ``queries`` through ``member``, one at a time, after a warm-up."""
+    stub = pb_grpc.QueryServiceStub(member.channel)
+    took = []
+    for i, text in enumerate([*queries[:20], *queries]):
+        started = time.perf_counter()
+        reply = stub.Query(pb.QueryRequest(namespaces=names, query=text, top_k=10), timeout=30)
+        if i >= 20:
+            took.append((time.perf_counter() - started) * 1000)
+        assert reply.meta.coverage_ratio == 1.0, reply.meta
+    cuts = statistics.quantiles(took, n=100)
+    return {"p50_ms": round(statistics.median(took), 2), "p99_ms": round(cuts[98], 2)}
+
+
 def _tier(
     count: int,
     env: dict[str, str],
@@ -135,6 +156,7 @@ def _tier(
     names: list[str],
     sharded: bool,
     restart: bool = False,
+    queries: list[str] | None = None,
 ) -> list[dict[str, object]]:
     """The members' memory once settled. ``restart``: each member is then restarted in
     turn (as a rolling restart does), so that it loads only what is placed on it; before,
@@ -187,7 +209,9 @@ def _tier(
                     assert time.monotonic() < deadline, "members did not settle"
                     time.sleep(0.5)
             time.sleep(LEASE_S * 4)
-        out = []
+        out: list[dict[str, object]] = []
+        if queries and names:
+            out.append({"latency": _latency(members[0], names, queries)})
         for member in members:
             assert member.process is not None
             pid = member.process.pid
@@ -207,6 +231,13 @@ def _tier(
     finally:
         for member in members:
             member.stop()
+
+
+def _p50(tier: object) -> float | None:
+    """The p50 a tier's first entry reports, if it was timed (``--latency``)."""
+    if isinstance(tier, list) and tier and isinstance(tier[0], dict) and "latency" in tier[0]:
+        return float(tier[0]["latency"]["p50_ms"])
+    return None
 
 
 def _partition_counts(env: dict[str, str]) -> dict[str, int]:
@@ -232,6 +263,10 @@ def main() -> None:
         action="store_true",
         help=f"every chunk in one namespace, {ONE_NAMESPACE!r}",
     )
+    parser.add_argument("--latency", type=int, default=0, help="queries timed per tier")
+    parser.add_argument(
+        "--queries", type=Path, default=ROOT.parent / "shared/bench/queries-10k.jsonl"
+    )
     parser.add_argument(
         "--partition-chunks",
         type=int,
@@ -253,6 +288,9 @@ def main() -> None:
     if args.partition_chunks:
         env["REACHSTORE_QUERY_PARTITION_CHUNKS"] = str(args.partition_chunks)
     report: dict[str, object] = {}
+    queries = [
+        json.loads(line)["text"] for line in args.queries.read_text().splitlines() if line.strip()
+    ][: args.latency]
     try:
         with tempfile.TemporaryDirectory(prefix="bench-shards-") as tmp:
             work = Path(tmp)
@@ -263,14 +301,16 @@ def main() -> None:
             else:
                 chunks, names = _ingest(args.corpus, env, work, args.one_namespace)
             report["chunks"] = chunks
-            report["unsharded"] = _tier(1, env, work, names, sharded=False)
+            report["unsharded"] = _tier(1, env, work, names, sharded=False, queries=queries)
             for size in (int(s) for s in args.sizes.split(",")):
-                report[f"sharded_{size}"] = _tier(size, env, work, names, sharded=True)
+                report[f"sharded_{size}"] = _tier(
+                    size, env, work, names, sharded=True, queries=queries
+                )
             if args.partition_chunks:
                 report["partitions"] = _partition_counts(env)
                 for size in (int(s) for s in args.sizes.split(",")):
                     report[f"sharded_{size}_restarted"] = _tier(
-                        size, env, work, names, sharded=True, restart=True
+                        size, env, work, names, sharded=True, restart=True, queries=queries
                     )
     finally:
         if args.keep or args.reuse:
@@ -278,6 +318,10 @@ def main() -> None:
         else:
             with psycopg.connect(args.postgres_url, autocommit=True) as conn:
                 conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+    base_p50 = _p50(report.get("unsharded"))
+    for key, tier in report.items():
+        if base_p50 and (p50 := _p50(tier)):
+            print(f"{key}: query p50 {p50:.2f} ms = {p50 / base_p50:.2f}x the unsharded process")
     print(json.dumps(report, indent=2))
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
