@@ -26,6 +26,7 @@ import httpx
 import pytest
 
 from tests.e2e.system import RunningSystem
+from tests.e2e.tls_certs import write_cert_set
 
 pytestmark = [pytest.mark.e2e, pytest.mark.alone]
 
@@ -76,8 +77,18 @@ def _connect(system: RunningSystem, rcvbuf: int, context: ssl.SSLContext | None 
     return context.wrap_socket(sock, server_hostname="localhost") if context else sock
 
 
-def test_the_budget_does_not_cut_off_an_honest_slow_reader(tmp_path: Path) -> None:
-    system = _start(tmp_path, {})  # the default write timeout, 30 s
+@pytest.mark.parametrize("over", ["http", "tls"])
+def test_the_budget_does_not_cut_off_an_honest_slow_reader(tmp_path: Path, over: str) -> None:
+    # Over TLS the reader's whole encrypted answer waits in the process from the first
+    # moment (unsent_answers.TlsWrites never pauses), where a plain transport pauses.
+    context: ssl.SSLContext | None = None
+    args: tuple[str, ...] = ()
+    if over == "tls":
+        certs = write_cert_set(tmp_path / "certs")
+        context = ssl.create_default_context(cafile=certs.ca)
+        args = ("--tls-cert", certs.path("server.pem"), "--tls-key", certs.path("server.key"))
+        args += ("--tls-ca", certs.ca)
+    system = _start(tmp_path, {}, args, context or True)  # the default write timeout, 30 s
     try:
         got: list[int] = []
 
@@ -85,7 +96,7 @@ def test_the_budget_does_not_cut_off_an_honest_slow_reader(tmp_path: Path) -> No
             """Reads the answer at 256 KiB/s (a 2 Mbit/s link), without a pause, to its end."""
             received = 0
             try:
-                sock = _connect(system, 65_536)
+                sock = _connect(system, 65_536, context)
                 sock.sendall(_request(system))
                 while data := sock.recv(65_536):
                     received += len(data)
@@ -102,7 +113,7 @@ def test_the_budget_does_not_cut_off_an_honest_slow_reader(tmp_path: Path) -> No
         time.sleep(1.5)
         flood = []
         for _ in range(120):
-            sock = _connect(system, 4096)
+            sock = _connect(system, 4096, context)
             sock.sendall(_request(system))
             flood.append(sock)
         honest.join(timeout=120)
