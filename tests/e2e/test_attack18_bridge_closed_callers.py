@@ -153,8 +153,7 @@ def _start(
     if over == "tls":
         certs = write_cert_set(tmp_path / "certs")
         tls = ssl.create_default_context(cafile=certs.ca)
-        args = ("--tls-cert", certs.path("server.pem"), "--tls-key", certs.path("server.key"))
-        args += ("--tls-ca", certs.ca)
+        args = certs.up_args()
     (tmp_path / "sys").mkdir()
     system = RunningSystem(
         tmp_path / "sys",

@@ -86,8 +86,7 @@ def test_answers_never_read_are_not_kept(tmp_path: Path, over: str) -> None:
         certs = write_cert_set(tmp_path / "certs")
         tls = ssl.create_default_context(cafile=certs.ca)
         verify = tls
-        args = ("--tls-cert", certs.path("server.pem"), "--tls-key", certs.path("server.key"))
-        args += ("--tls-ca", certs.ca)
+        args = certs.up_args()
     (tmp_path / "sys").mkdir()
     system = RunningSystem(
         tmp_path / "sys",

@@ -86,8 +86,7 @@ def test_the_budget_does_not_cut_off_an_honest_slow_reader(tmp_path: Path, over:
     if over == "tls":
         certs = write_cert_set(tmp_path / "certs")
         context = ssl.create_default_context(cafile=certs.ca)
-        args = ("--tls-cert", certs.path("server.pem"), "--tls-key", certs.path("server.key"))
-        args += ("--tls-ca", certs.ca)
+        args = certs.up_args()
     system = _start(tmp_path, {}, args, context or True)  # the default write timeout, 30 s
     try:
         got: list[int] = []

@@ -30,18 +30,6 @@ pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _tls_args(certs: CertSet, *more: str) -> tuple[str, ...]:
-    return (
-        "--tls-cert",
-        certs.path("server.pem"),
-        "--tls-key",
-        certs.path("server.key"),
-        "--tls-ca",
-        certs.ca,
-        *more,
-    )
-
-
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> CertSet:
     return write_cert_set(tmp_path_factory.mktemp("certs"))
@@ -49,7 +37,7 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> CertSet:
 
 @pytest.fixture(scope="module")
 def tls_system(tmp_path_factory: pytest.TempPathFactory, certs: CertSet) -> Iterator[RunningSystem]:
-    running = RunningSystem(tmp_path_factory.mktemp("tls"), extra_args=_tls_args(certs))
+    running = RunningSystem(tmp_path_factory.mktemp("tls"), extra_args=certs.up_args())
     running.start()
     yield running
     assert running.stop() == 0, "".join(running.output[-40:])
@@ -158,7 +146,7 @@ def mtls_system(
 ) -> Iterator[RunningSystem]:
     running = RunningSystem(
         tmp_path_factory.mktemp("mtls"),
-        extra_args=_tls_args(certs, "--tls-client-auth", "require"),
+        extra_args=certs.up_args("--tls-client-auth", "require"),
     )
     running.start()
     yield running
@@ -223,7 +211,7 @@ def test_up_beyond_loopback_starts_with_tls_and_with_insecure(
     tmp_path: Path, certs: CertSet
 ) -> None:
     for name, extra in (
-        ("tls", _tls_args(certs, "--tls-server-name", "reachstore.test")),
+        ("tls", certs.up_args("--tls-server-name", "reachstore.test")),
         ("insecure", ("--insecure",)),
     ):
         system = RunningSystem(
@@ -335,7 +323,7 @@ def test_the_readiness_probe_speaks_tls(tls_system: RunningSystem, certs: CertSe
 def test_the_bridge_reaches_every_query_process_over_tls(tmp_path: Path, certs: CertSet) -> None:
     """With two query processes the bridge has a list of replicas, which carries no one
     name: the certificates are checked against the replicas' host."""
-    system = RunningSystem(tmp_path, extra_args=_tls_args(certs, "--query-processes", "2"))
+    system = RunningSystem(tmp_path, extra_args=certs.up_args("--query-processes", "2"))
     system.start()
     try:
         with Client.rest(system.http_url, tls=Tls(ca_file=certs.ca)) as client:

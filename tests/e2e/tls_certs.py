@@ -120,6 +120,19 @@ class CertSet:
     def ca(self) -> str:
         return self.path("ca.pem")
 
+    def up_args(self, *more: str) -> tuple[str, ...]:
+        """``reachstore up``'s flags to serve TLS with this set's server certificate, its CA
+        trusted (the services call each other over TLS too), then ``more``."""
+        return (
+            "--tls-cert",
+            self.path("server.pem"),
+            "--tls-key",
+            self.path("server.key"),
+            "--tls-ca",
+            self.ca,
+            *more,
+        )
+
 
 def write_cert_set(folder: Path, server_names: tuple[str, ...] = SERVER_NAMES) -> CertSet:
     folder.mkdir(parents=True, exist_ok=True)
