@@ -245,7 +245,12 @@ async def _send(
         earlier = await _earlier_action(client, args, previous, now, lookback)
     if earlier is not None:
         task, found = earlier
-        request_key, deduplicated, action_id = previous or "", True, found.action_id
+        # The key the answering task was reserved with when it is one this call derives;
+        # else this window's: the look-back also finds this window's own first call (by
+        # its intent), and the previous window's key, which no task holds, was reported
+        # for it.
+        request_key = previous if previous and task.idempotency_key == previous else current
+        deduplicated, action_id = True, found.action_id
     else:
         result = await client.reach(
             {

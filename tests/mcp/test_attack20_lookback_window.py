@@ -123,3 +123,27 @@ def test_a_new_days_call_is_not_swallowed_by_yesterdays_task(
         f"with yesterday's task {first['task_id']} (deduplicated={today['deduplicated']}) "
         f"and delivered {delivered} time(s) in all"
     )
+
+
+def test_calls_in_the_first_hour_of_a_day_report_the_key_that_answered_them(
+    system: RunningSystem, keys: dict[str, str], receiver: HttpReceiver, tmp_path: Path
+) -> None:
+    """A call at 00:07 with no call the day before, then the same call again at 00:08 and
+    00:09: one task, one delivery, and every answer names that task's key. The retries
+    found the first call's task (the same intent, within the look-back) and reported
+    yesterday's key, which no task holds, as theirs (CI, just after midnight)."""
+    clock = tmp_path / "clock"
+    ticket = f"NEWDAY-{time.monotonic_ns()}"
+    entity = f"customer-{ticket}"
+
+    async def run() -> list[Any]:
+        async with clocked(system, keys["agent"], clock) as client:
+            return [
+                await send_at(client, clock, today_at(0, minute), "send_hook", entity, ticket)
+                for minute in (7, 8, 9)
+            ]
+
+    answers = asyncio.run(run())
+    assert {a["task_id"] for a in answers} == {answers[0]["task_id"]}, answers
+    assert {a["request_key"] for a in answers} == {answers[0]["request_key"]}, answers
+    assert wait_deliveries(receiver, ticket, 1) == 1
